@@ -1,0 +1,75 @@
+"""The ``ternary`` command line: one module per subcommand, registered here.
+
+Each ``runtime/cli/<name>.py`` module defines ``register(subparsers)``, which adds its parser and
+sets ``func`` (a callable taking the parsed args and returning an exit code). Errors a user can act
+on (:class:`runtime.errors.TernaryError`) print one line and exit 1; ``--debug`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from runtime import __version__
+from runtime.errors import TernaryError
+
+# Order = order in --help.
+SUBCOMMAND_MODULES = [
+    "convert",
+    "inspect_cmd",
+    "generate",
+    "chat",
+    "plan",
+    "bench",
+    "models",
+    "download",
+    "verify",
+    "token",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ternary",
+        description="Ternary Chat runtime: convert, inspect, run and benchmark ternary Bonsai models.",
+    )
+    parser.add_argument("--version", action="version", version=f"ternary-chat {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"runtime.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"runtime.cli.{name}":
+                continue  # subcommand not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except TernaryError as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError) as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

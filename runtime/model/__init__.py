@@ -1,0 +1,1 @@
+"""Model architectures: configuration dataclasses and forward passes (one file per architecture)."""
