@@ -31,6 +31,7 @@ class GenerationSettings:
     stop: list[str] = field(default_factory=list)
     enable_thinking: bool | None = None  # None = model default
     reasoning_effort: str | None = None  # models whose template accepts it (Bonsai 2)
+    ignore_eos: bool = False  # keep going past end-of-sequence tokens (benchmarks, tests)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,3 +99,49 @@ class CancelToken:
 
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
+
+
+@dataclass
+class ModelInfo:
+    """What a loaded engine runs: shown by the GUI and ``ternary generate --json``."""
+
+    name: str
+    arch: str
+    device: str
+    context_length: int  # tokens the KV cache holds (prompt + output)
+    max_context: int  # the model's own maximum
+    parameter_count: int
+    weight_bytes: int  # prepared weights resident for inference (not the file size)
+    plan: dict[str, Any] = field(default_factory=dict)  # the planner's placement, when one ran
+    supports_thinking: bool = False
+    backend: str = ""  # ternary matmul backend ("reference", "cpu_int4", "triton", ...)
+    dtype: str = ""  # activation dtype
+    source_format: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class MemoryStats:
+    """Memory right now. Device figures are ``None`` on the CPU."""
+
+    device: str
+    context_length: int
+    kv_cache_bytes: int
+    weight_bytes: int
+    cached_tokens: int  # prompt/answer tokens whose K/V the engine keeps for the next turn
+    ram_process_bytes: int  # this process's resident set
+    ram_peak_bytes: int  # this process's peak resident set so far
+    ram_total_bytes: int
+    ram_available_bytes: int
+    device_allocated_bytes: int | None = None  # torch.cuda.memory_allocated
+    device_reserved_bytes: int | None = None  # held by torch's caching allocator
+    device_peak_bytes: int | None = None  # torch.cuda.max_memory_allocated
+    device_used_bytes: int | None = None  # whole device, every process (driver / NVML)
+    device_total_bytes: int | None = None
+    layers_on_gpu: int = 0
+    layers_on_cpu: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

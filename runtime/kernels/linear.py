@@ -8,6 +8,7 @@ of a large matrix.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import torch
@@ -60,11 +61,29 @@ BACKENDS: dict[str, Callable[[TernaryTensor, torch.device], LinearWeight]] = {
 }
 
 
+# Backends living in their own modules, imported on first use so importing this module stays cheap.
+_BACKEND_MODULES: dict[str, str] = {
+    "cpu_int4": "runtime.kernels.cpu_int4",
+}
+
+
+def _load_backend(name: str) -> bool:
+    """Import the module that registers backend ``name``; True if it is registered afterwards."""
+    if name not in BACKENDS and name in _BACKEND_MODULES:
+        try:
+            importlib.import_module(_BACKEND_MODULES[name])
+        except ImportError:
+            return False
+    return name in BACKENDS
+
+
 def prepare_linear(t: TernaryTensor, device: torch.device | str = "cpu", backend: str = "auto") -> LinearWeight:
     """Prepare ``t`` for matmuls on ``device`` with ``backend`` ("auto" picks the fastest available)."""
     device = torch.device(device)
     if backend == "auto":
         backend = default_backend(device)
+    if not _load_backend(backend):
+        raise ValueError(f"unknown linear backend {backend!r} (available: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[backend](t, device)
 
 
@@ -72,6 +91,6 @@ def default_backend(device: torch.device) -> str:
     """Fastest registered backend for a device; falls back to the reference."""
     preferred = ["triton"] if device.type == "cuda" else ["cpu_int4"]
     for name in preferred:
-        if name in BACKENDS:
+        if _load_backend(name):
             return name
     return "reference"

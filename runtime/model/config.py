@@ -22,6 +22,9 @@ class RopeScaling:
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None  # mscale; None -> 0.1*ln(factor)+1 (HF default)
+    truncate: bool = True  # HF yarn: floor/ceil the correction range
+    mscale: float | None = None  # HF yarn (DeepSeek style): used with mscale_all_dim
+    mscale_all_dim: float | None = None
 
 
 @dataclass
@@ -35,6 +38,9 @@ class HadamardConfig:
     weight_names: list[str] = field(default_factory=list)  # canonical (HF-style) names
     inverse_weight_names: list[str] = field(default_factory=list)
     gdn_v_grouped: bool = True
+    # width -> +1/-1 values (prism.hadamard.sign_values cut by sign_widths); JSON turns keys to str
+    signs: dict[int, list[int]] = field(default_factory=dict)
+    axis: str = "input-last-dimension"
 
 
 @dataclass

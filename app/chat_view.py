@@ -1,0 +1,250 @@
+"""The transcript: one widget per message, Markdown rendered by Qt, thinking in a collapsible block.
+
+Why one widget per message (not one big HTML page): a streaming reply re-renders only its own
+QTextDocument, so long chats stay smooth (re-rendering the whole transcript per token is the lag
+users report in web-based clients). Rendering is coalesced to at most one per ``RENDER_MS``.
+Markdown (code blocks, tables, lists) goes through ``QTextDocument.setMarkdown`` (GitHub dialect).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QKeyEvent, QTextOption
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QScrollArea,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+RENDER_MS = 50
+
+
+class MarkdownView(QTextBrowser):
+    """A read-only QTextBrowser that grows to fit its content (the scroll area scrolls)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenExternalLinks(True)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.document().documentLayout().documentSizeChanged.connect(self._fit)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction
+                                     | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+
+    def _fit(self, *_: object) -> None:
+        h = int(self.document().size().height()) + 6
+        if self.horizontalScrollBar().isVisible():
+            h += self.horizontalScrollBar().height()
+        if self.height() != h:
+            self.setFixedHeight(max(h, 24))
+
+    def resizeEvent(self, event: object) -> None:  # noqa: N802 - Qt override
+        super().resizeEvent(event)
+        self._fit()
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        return QSize(400, self.height())
+
+
+class MessageWidget(QFrame):
+    """One message: role header, optional thinking block, Markdown body, stats and actions."""
+
+    copyRequested = Signal(int)
+    editRequested = Signal(int)
+    regenerateRequested = Signal(int)
+
+    def __init__(self, message_id: int, role: str, content: str = "", thinking: str = "",
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.message_id = message_id
+        self.role = role
+        self.content = content
+        self.thinking = thinking
+        self.setObjectName("userMessage" if role == "user" else "assistantMessage")
+        self.setProperty("role", role)
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(12, 8, 12, 8)
+        layout.setSpacing(4)
+        header = QHBoxLayout()
+        self.role_label = QLabel(self.tr("You") if role == "user" else self.tr("Assistant"))
+        self.role_label.setObjectName("roleLabel")
+        header.addWidget(self.role_label)
+        header.addStretch(1)
+        self.copy_button = self._action(self.tr("Copy"), self.tr("Copy this message"), self.copyRequested)
+        header.addWidget(self.copy_button)
+        self.edit_button = self.regen_button = None
+        if role == "user":
+            self.edit_button = self._action(self.tr("Edit"), self.tr("Edit this message and send it again"),
+                                            self.editRequested)
+            header.addWidget(self.edit_button)
+        else:
+            self.regen_button = self._action(self.tr("Regenerate"), self.tr("Generate this reply again"),
+                                             self.regenerateRequested)
+            header.addWidget(self.regen_button)
+        layout.addLayout(header)
+
+        self.thinking_toggle = QToolButton()
+        self.thinking_toggle.setObjectName("thinkingToggle")
+        self.thinking_toggle.setCheckable(True)
+        self.thinking_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.thinking_toggle.setArrowType(Qt.ArrowType.RightArrow)
+        self.thinking_toggle.setText(self.tr("Thinking"))
+        self.thinking_toggle.setAccessibleName(self.tr("Show or hide the model's thinking"))
+        self.thinking_toggle.toggled.connect(self._toggle_thinking)
+        self.thinking_view = MarkdownView()
+        self.thinking_view.setObjectName("thinkingView")
+        self.thinking_view.setAccessibleName(self.tr("Model thinking"))
+        self.thinking_view.setVisible(False)
+        layout.addWidget(self.thinking_toggle)
+        layout.addWidget(self.thinking_view)
+
+        self.body = MarkdownView()
+        self.body.setAccessibleName(self.tr("Message from you") if role == "user" else self.tr("Reply"))
+        layout.addWidget(self.body)
+        self.stats_label = QLabel()
+        self.stats_label.setObjectName("statsLabel")
+        self.stats_label.setVisible(False)
+        layout.addWidget(self.stats_label)
+
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.setInterval(RENDER_MS)
+        self._render_timer.timeout.connect(self.render)
+        self.render()
+
+    def _action(self, text: str, accessible: str, signal: Signal) -> QToolButton:
+        b = QToolButton()
+        b.setText(text)
+        b.setAccessibleName(accessible)
+        b.setToolTip(accessible)
+        b.setAutoRaise(True)
+        b.clicked.connect(lambda: signal.emit(self.message_id))
+        return b
+
+    def _toggle_thinking(self, shown: bool) -> None:
+        self.thinking_toggle.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.thinking_view.setVisible(shown)
+
+    def append(self, channel: str, text: str) -> None:
+        if channel == "thinking":
+            self.thinking += text
+        else:
+            self.content += text
+        if not self._render_timer.isActive():
+            self._render_timer.start()
+
+    def set_text(self, content: str, thinking: str) -> None:
+        self.content, self.thinking = content, thinking
+        self.render()
+
+    def render(self) -> None:
+        self._render_timer.stop()
+        self.body.setMarkdown(self.content if self.role == "assistant" else _escape_user(self.content))
+        has_thinking = bool(self.thinking.strip())
+        self.thinking_toggle.setVisible(has_thinking)
+        if has_thinking:
+            self.thinking_view.setMarkdown(self.thinking)
+
+    def set_status(self, text: str) -> None:
+        self.stats_label.setText(text)
+        self.stats_label.setVisible(bool(text))
+
+    def set_actions_enabled(self, enabled: bool) -> None:
+        for b in (self.edit_button, self.regen_button):
+            if b is not None:
+                b.setEnabled(enabled)
+
+
+def _escape_user(text: str) -> str:
+    """User text is shown as typed: keep line breaks, do not interpret Markdown syntax."""
+    specials = "\\`*_{}[]()#+-.!|<>"
+    out = "".join("\\" + c if c in specials else c for c in text)
+    return out.replace("\n", "  \n")
+
+
+class ChatView(QScrollArea):
+    """Scrollable list of :class:`MessageWidget`; follows the stream while the user is at the bottom."""
+
+    copyRequested = Signal(int)
+    editRequested = Signal(int)
+    regenerateRequested = Signal(int)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("chatView")
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setAccessibleName(self.tr("Conversation"))
+        self._inner = QWidget()
+        self._inner.setObjectName("chatInner")
+        self._layout = QVBoxLayout(self._inner)
+        self._layout.setContentsMargins(16, 16, 16, 16)
+        self._layout.setSpacing(10)
+        self._layout.addStretch(1)
+        self.setWidget(self._inner)
+        self.widgets: list[MessageWidget] = []
+        self._follow = True
+        self.verticalScrollBar().rangeChanged.connect(self._on_range)
+        self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+
+    def clear(self) -> None:
+        for w in self.widgets:
+            w.setParent(None)
+            w.deleteLater()
+        self.widgets = []
+        self._follow = True
+
+    def add_message(self, message_id: int, role: str, content: str = "", thinking: str = "") -> MessageWidget:
+        w = MessageWidget(message_id, role, content, thinking)
+        w.copyRequested.connect(self.copyRequested)
+        w.editRequested.connect(self.editRequested)
+        w.regenerateRequested.connect(self.regenerateRequested)
+        self._layout.insertWidget(self._layout.count() - 1, w)
+        self.widgets.append(w)
+        self._follow = True
+        return w
+
+    def widget_for(self, message_id: int) -> MessageWidget | None:
+        return next((w for w in self.widgets if w.message_id == message_id), None)
+
+    def remove_from(self, message_id: int) -> None:
+        keep = [w for w in self.widgets if w.message_id < message_id]
+        for w in self.widgets[len(keep):]:
+            w.setParent(None)
+            w.deleteLater()
+        self.widgets = keep
+
+    def _on_scroll(self, value: int) -> None:
+        bar = self.verticalScrollBar()
+        self._follow = value >= bar.maximum() - 40
+
+    def _on_range(self, _min: int, maximum: int) -> None:
+        if self._follow:
+            self.verticalScrollBar().setValue(maximum)
+
+
+class PromptEdit(QPlainTextEdit):
+    """Input box: Enter or Ctrl+Enter sends, Shift+Enter inserts a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+                return
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)

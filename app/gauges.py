@@ -1,0 +1,268 @@
+"""Live gauges: memory (VRAM process/device, RAM), speed, time to first token, context fill,
+where the layers run, and a small chart of the last generations.
+
+Why: users asked peers for exactly these (LM Studio removed its context meter and got bug
+reports; GPT4All and the Ollama app show no memory at all). Every number comes from the engine
+(``memory_stats()``, ``DoneEvent.stats``, ``info.plan``); the only GUI-side figure is the *live*
+tokens/s while streaming (pieces received / seconds since the first one), replaced by the
+engine's own decode speed when the reply ends.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
+
+
+def format_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "–"
+    n = float(n)
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass
+class GenerationPoint:
+    tok_s: float
+    peak_bytes: int
+
+
+class HistoryChart(QWidget):
+    """Bars: decode tok/s of the last generations; line: peak memory (own scale)."""
+
+    def __init__(self, capacity: int = 20, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.points: deque[GenerationPoint] = deque(maxlen=capacity)
+        self.setMinimumHeight(80)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setAccessibleName(self.tr("Speed and memory of the last generations"))
+
+    def add(self, tok_s: float, peak_bytes: int) -> None:
+        self.points.append(GenerationPoint(tok_s, peak_bytes))
+        last = self.points[-1]
+        self.setAccessibleDescription(self.tr("Last: %1 tokens/s, peak %2").replace("%1", f"{last.tok_s:.1f}")
+                                      .replace("%2", format_bytes(last.peak_bytes)))
+        self.update()
+
+    def paintEvent(self, event: object) -> None:  # noqa: N802 - Qt override
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        pal = self.palette()
+        r = QRectF(self.rect()).adjusted(2, 14, -2, -2)
+        p.setPen(QPen(pal.mid().color()))
+        p.drawRect(r)
+        p.setPen(pal.text().color())
+        font = p.font()
+        font.setPointSizeF(max(6.0, font.pointSizeF() * 0.8))
+        p.setFont(font)
+        if not self.points:
+            p.drawText(r, Qt.AlignmentFlag.AlignCenter, self.tr("No generations yet"))
+            p.end()
+            return
+        max_speed = max(pt.tok_s for pt in self.points) or 1.0
+        max_mem = max(pt.peak_bytes for pt in self.points) or 1
+        n = self.points.maxlen or len(self.points)
+        w = r.width() / n
+        bar = QColor(pal.highlight().color())
+        bar.setAlpha(170)
+        for i, pt in enumerate(self.points):
+            h = (r.height() - 4) * pt.tok_s / max_speed
+            p.fillRect(QRectF(r.left() + i * w + 1, r.bottom() - h, max(w - 2, 1), h), bar)
+        path = QPainterPath()
+        for i, pt in enumerate(self.points):
+            y = r.bottom() - (r.height() - 4) * pt.peak_bytes / max_mem
+            q = QPointF(r.left() + i * w + w / 2, y)
+            path.moveTo(q) if i == 0 else path.lineTo(q)
+        p.setPen(QPen(QColor("#d9822b"), 2))
+        p.drawPath(path)
+        p.setPen(pal.text().color())
+        p.drawText(QRectF(r.left(), 0, r.width(), 14), Qt.AlignmentFlag.AlignLeft,
+                   self.tr("tok/s (max %1)").replace("%1", f"{max_speed:.1f}"))
+        p.setPen(QColor("#d9822b"))
+        p.drawText(QRectF(r.left(), 0, r.width(), 14), Qt.AlignmentFlag.AlignRight,
+                   self.tr("peak mem (max %1)").replace("%1", format_bytes(max_mem)))
+        p.end()
+
+
+class GaugePanel(QFrame):
+    """The gauge column. Feed it with :meth:`set_model`, :meth:`update_memory`,
+    :meth:`generation_started`, :meth:`pieces_received`, :meth:`generation_done`."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("gaugePanel")
+        self.setAccessibleName(self.tr("Live gauges"))
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        outer = QVBoxLayout(self)
+        title = QLabel(self.tr("Performance"))
+        title.setObjectName("panelTitle")
+        outer.addWidget(title)
+        form = QFormLayout()
+        form.setLabelAlignment(Qt.AlignmentFlag.AlignLeft)
+        outer.addLayout(form)
+
+        def bar(name: str) -> QProgressBar:
+            b = QProgressBar()
+            b.setRange(0, 1000)
+            b.setValue(0)
+            b.setTextVisible(True)
+            b.setFormat("–")
+            b.setAccessibleName(name)
+            return b
+
+        def value(name: str) -> QLabel:
+            lab = QLabel("–")
+            lab.setAccessibleName(name)
+            lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            return lab
+
+        self.model_label = value(self.tr("Model"))
+        self.model_label.setWordWrap(True)
+        self.device_label = value(self.tr("Device"))
+        self.layers_label = value(self.tr("Layers"))
+        self.vram_process_bar = bar(self.tr("VRAM used by this app"))
+        self.vram_device_bar = bar(self.tr("VRAM used on the device"))
+        self.ram_bar = bar(self.tr("RAM used by this app"))
+        self.context_bar = bar(self.tr("Context fill"))
+        self.speed_label = value(self.tr("Tokens per second"))
+        self.ttft_label = value(self.tr("Time to first token"))
+        self.prompt_label = value(self.tr("Prompt tokens"))
+        form.addRow(self.tr("Model"), self.model_label)
+        form.addRow(self.tr("Device"), self.device_label)
+        form.addRow(self.tr("Layers"), self.layers_label)
+        form.addRow(self.tr("VRAM (app)"), self.vram_process_bar)
+        form.addRow(self.tr("VRAM (device)"), self.vram_device_bar)
+        form.addRow(self.tr("RAM (app)"), self.ram_bar)
+        form.addRow(self.tr("Context"), self.context_bar)
+        form.addRow(self.tr("Speed"), self.speed_label)
+        form.addRow(self.tr("First token"), self.ttft_label)
+        form.addRow(self.tr("Prompt"), self.prompt_label)
+        self.chart = HistoryChart()
+        outer.addWidget(self.chart)
+        outer.addStretch(1)
+
+        self.context_length = 0
+        self.prompt_tokens = 0
+        self.generated_pieces = 0
+        self._t_request = 0.0
+        self._t_first = 0.0
+        self.live_tok_s = 0.0
+        self.last_memory: dict[str, Any] = {}
+        self.updates = 0  # number of memory refreshes (tests check the timer works)
+
+    # -- model -------------------------------------------------------------------------------
+    def set_model(self, info: dict[str, Any] | None) -> None:
+        if not info:
+            self.model_label.setText(self.tr("No model loaded"))
+            self.device_label.setText("–")
+            self.layers_label.setText("–")
+            self.context_length = 0
+            self._set_context(0)
+            return
+        self.model_label.setText(str(info.get("name") or "model"))
+        backend = info.get("backend") or ""
+        self.device_label.setText(f"{info.get('device', '?')}" + (f" · {backend}" if backend else ""))
+        self.context_length = int(info.get("context_length") or 0)
+        plan = info.get("plan") or {}
+        if plan:
+            self._set_layers(int(plan.get("layers_on_gpu", 0)), int(plan.get("layers_on_cpu", 0)),
+                             str(plan.get("offload_mode") or ""))
+        self._set_context(0)
+
+    def _set_layers(self, gpu: int, cpu: int, mode: str = "") -> None:
+        text = self.tr("%1 on GPU, %2 on CPU").replace("%1", str(gpu)).replace("%2", str(cpu))
+        if cpu and gpu and mode and mode != "none":
+            text += f" ({mode})"
+        self.layers_label.setText(text)
+
+    # -- memory ------------------------------------------------------------------------------
+    def update_memory(self, m: dict[str, Any]) -> None:
+        self.last_memory = m
+        self.updates += 1
+        total = m.get("device_total_bytes")
+        if total:
+            proc = m.get("device_reserved_bytes") or m.get("device_allocated_bytes") or 0
+            self._fill(self.vram_process_bar, proc, total)
+            self._fill(self.vram_device_bar, m.get("device_used_bytes") or 0, total)
+        else:
+            for b in (self.vram_process_bar, self.vram_device_bar):
+                b.setValue(0)
+                b.setFormat(self.tr("no GPU in use"))
+        self._fill(self.ram_bar, m.get("ram_process_bytes") or 0, m.get("ram_total_bytes") or 0)
+        if m.get("context_length"):
+            self.context_length = int(m["context_length"])
+        if "layers_on_gpu" in m:
+            self._set_layers(int(m.get("layers_on_gpu") or 0), int(m.get("layers_on_cpu") or 0))
+        if not self._t_request and m.get("cached_tokens") is not None:
+            self._set_context(int(m["cached_tokens"]))
+
+    @staticmethod
+    def _fill(b: QProgressBar, used: int, total: int) -> None:
+        if not total:
+            b.setValue(0)
+            b.setFormat(format_bytes(used))
+            return
+        b.setValue(int(1000 * min(used / total, 1.0)))
+        b.setFormat(f"{format_bytes(used)} / {format_bytes(total)}")
+
+    def _set_context(self, used: int) -> None:
+        ctx = self.context_length
+        if not ctx:
+            self.context_bar.setValue(0)
+            self.context_bar.setFormat("–")
+            return
+        self.context_bar.setValue(int(1000 * min(used / ctx, 1.0)))
+        self.context_bar.setFormat(f"{used} / {ctx} ({100 * used / ctx:.0f}%)")
+
+    # -- generation --------------------------------------------------------------------------
+    def generation_started(self) -> None:
+        self._t_request = time.monotonic()
+        self._t_first = 0.0
+        self.generated_pieces = 0
+        self.live_tok_s = 0.0
+        self.speed_label.setText(self.tr("waiting for first token…"))
+        self.ttft_label.setText("…")
+
+    def set_prompt_tokens(self, n: int) -> None:
+        self.prompt_tokens = n
+        self.prompt_label.setText(str(n))
+        self._set_context(n)
+
+    def pieces_received(self, count: int) -> None:
+        now = time.monotonic()
+        if not self._t_first:
+            self._t_first = now
+            self.ttft_label.setText(f"{now - self._t_request:.2f} s")
+        self.generated_pieces += count
+        elapsed = now - self._t_first
+        if elapsed > 0.05 and self.generated_pieces > 1:
+            self.live_tok_s = (self.generated_pieces - 1) / elapsed
+            self.speed_label.setText(self.tr("%1 tok/s (live)").replace("%1", f"{self.live_tok_s:.1f}"))
+        self._set_context(self.prompt_tokens + self.generated_pieces)
+
+    def generation_done(self, stats: dict[str, Any]) -> None:
+        self._t_request = 0.0
+        decode = float(stats.get("decode_tok_s") or 0.0)
+        ttft = float(stats.get("ttft_s") or 0.0)
+        self.speed_label.setText(self.tr("%1 tok/s (prefill %2 tok/s)").replace("%1", f"{decode:.1f}")
+                                 .replace("%2", f"{float(stats.get('prefill_tok_s') or 0):.0f}"))
+        self.ttft_label.setText(f"{ttft:.2f} s")
+        prompt = int(stats.get("prompt_tokens") or self.prompt_tokens)
+        self.prompt_label.setText(str(prompt))
+        if stats.get("context_length"):
+            self.context_length = int(stats["context_length"])
+        self._set_context(prompt + int(stats.get("generated_tokens") or 0))
+        self.chart.add(decode, int(stats.get("peak_memory_bytes") or 0))
+
+    def generation_failed(self) -> None:
+        self._t_request = 0.0
+        self.speed_label.setText("–")

@@ -1,0 +1,130 @@
+"""Entry point of the desktop app (``ternary-chat`` / ``python -m app``).
+
+Sets up, in this order: logging to the platform log folder (rotating; no chat text, tokens are
+redacted by the hub's filter), high-DPI behaviour, the application icon, the translation for the
+chosen language (English or 简体中文 via Qt ``.qm`` files) and the light/dark theme; then shows the
+main window. ``--smoke-test`` opens the window and quits after the event loop has run, which is
+how the installers' builds are checked on machines without a display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import logging.handlers
+import os
+import sys
+
+log = logging.getLogger("app")
+
+
+def setup_logging(verbose: bool = False) -> str:
+    """Rotating log file in the platform log folder; returns its path."""
+    from app.paths import log_dir
+
+    path = str(log_dir() / "ternary-chat.log")
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=2_000_000, backupCount=3, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    try:
+        from runtime.hub.tokens import RedactingFilter
+
+        handler.addFilter(RedactingFilter())
+    except ImportError:
+        pass
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    return path
+
+
+def install_translation(app: object, language: str) -> bool:
+    """Load ``ternary_chat_<language>.qm`` and Qt's own strings for that language; English needs none."""
+    from PySide6.QtCore import QLibraryInfo, QTranslator
+
+    from app.resources import resource_path
+
+    if language == "en":
+        return False
+    ok = False
+    qm = resource_path(f"translations/ternary_chat_{language}.qm")
+    if qm is not None:
+        tr = QTranslator(app)
+        if tr.load(str(qm)):
+            app.installTranslator(tr)
+            ok = True
+    qt_tr = QTranslator(app)
+    if qt_tr.load(f"qtbase_{language}", QLibraryInfo.path(QLibraryInfo.LibraryPath.TranslationsPath)):
+        app.installTranslator(qt_tr)
+    if not ok:
+        log.warning("no translation found for %s", language)
+    return ok
+
+
+def app_icon() -> object:
+    from PySide6.QtGui import QIcon
+
+    from app.resources import resource_path
+
+    icon = QIcon()
+    svg = resource_path("icons/ternary-chat.svg")
+    if svg is not None:
+        icon.addFile(str(svg))
+    for size in (32, 48, 64, 128, 256):
+        png = resource_path(f"icons/ternary-chat-{size}.png")
+        if png is not None:
+            icon.addFile(str(png))
+    return icon
+
+
+def create_app(argv: list[str], language: str, theme: str) -> object:
+    from PySide6.QtCore import Qt
+    from PySide6.QtGui import QGuiApplication
+    from PySide6.QtWidgets import QApplication
+
+    from app.theme import apply_theme
+
+    QGuiApplication.setHighDpiScaleFactorRoundingPolicy(Qt.HighDpiScaleFactorRoundingPolicy.PassThrough)
+    app = QApplication.instance() or QApplication(argv)
+    app.setApplicationName("Ternary Chat")
+    app.setOrganizationName("ternary-chat")
+    app.setDesktopFileName("ternary-chat")
+    app.setWindowIcon(app_icon())
+    install_translation(app, language)
+    apply_theme(theme, app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="ternary-chat", description="Ternary Chat desktop app")
+    parser.add_argument("--smoke-test", action="store_true",
+                        help="open the main window, run the event loop briefly and exit 0 (installer checks)")
+    parser.add_argument("--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--language", choices=["en", "zh_CN"], help="override the interface language once")
+    args, qt_args = parser.parse_known_args(argv[1:])
+
+    log_path = setup_logging(args.verbose)
+    log.info("starting Ternary Chat (python %s, pid %d)", sys.version.split()[0], os.getpid())
+    from app.settings_model import AppSettings
+
+    settings = AppSettings.load()
+    language = args.language or settings.interface.language
+    app = create_app([argv[0], *qt_args], language, settings.interface.theme)
+
+    from app.main_window import MainWindow
+
+    window = MainWindow(settings=settings, autoload=not args.smoke_test)
+    window.show()
+    if args.smoke_test:
+        from PySide6.QtCore import QTimer
+
+        QTimer.singleShot(300, window.close)
+        QTimer.singleShot(600, app.quit)
+        code = app.exec()
+        print(f"smoke test ok: window '{window.windowTitle()}' shown, log at {log_path}")
+        return code
+    return app.exec()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,988 @@
+"""The main window: conversations sidebar, chat, input, model picker, gauges.
+
+Why it is a thin controller: history, settings, documents and summarization are plain-Python
+modules; the engine lives on the worker thread. This class wires them: it saves every message
+as it streams (:class:`app.history.StreamingMessageSaver`), turns worker signals into widget
+updates, and never blocks on the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMainWindow,
+    QMenu,
+    QMessageBox,
+    QProgressBar,
+    QProgressDialog,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app import documents
+from app.chat_view import ChatView, MessageWidget, PromptEdit
+from app.gauges import GaugePanel, format_bytes
+from app.history import PARTIAL, HistoryStore, StreamingMessageSaver
+from app.settings_model import AppSettings, generation_settings
+from app.worker import WorkerHost, load_engine
+from runtime.generation import CancelToken
+
+log = logging.getLogger(__name__)
+
+MODEL_SUFFIXES = (".gguf", ".ternary")
+GAUGE_IDLE_MS = 1000
+
+
+def model_key(path: str) -> str:
+    """Settings key for a model: its file (or folder) name, stable across moves of the store."""
+    return Path(path).name or path
+
+
+class _TaskSignals(QObject):
+    done = Signal(object)
+    failed = Signal(object)
+
+
+class BackgroundTask(QRunnable):
+    """Runs a function on the global thread pool (file reading, hardware detection)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        super().__init__()
+        self.fn = fn
+        self.signals = _TaskSignals()
+
+    def run(self) -> None:
+        try:
+            try:
+                result = self.fn()
+            except BaseException as exc:  # noqa: BLE001 - delivered to the GUI as a message
+                self.signals.failed.emit(exc)
+                return
+            self.signals.done.emit(result)
+        except RuntimeError:  # the receiver (a closed window) is gone: nobody to tell
+            pass
+
+
+def run_in_background(fn: Callable[[], Any], on_done: Callable[[Any], None],
+                      on_error: Callable[[BaseException], None]) -> BackgroundTask:
+    task = BackgroundTask(fn)
+    task.signals.done.connect(on_done)
+    task.signals.failed.connect(on_error)
+    QThreadPool.globalInstance().start(task)
+    return task
+
+
+class MainWindow(QMainWindow):
+    """Top-level window. ``settings_path``/``store`` let tests and scripts use isolated files."""
+
+    modelLoaded = Signal(dict)
+    generationFinished = Signal(int)
+
+    def __init__(self, settings: AppSettings | None = None, store: HistoryStore | None = None,
+                 loader: Callable[..., Any] = load_engine, settings_path: str | Path | None = None,
+                 autoload: bool = True) -> None:
+        super().__init__()
+        self.settings_path = Path(settings_path) if settings_path else None
+        self.settings = settings or AppSettings.load(self.settings_path)
+        self.store = store or HistoryStore()
+        self.host = WorkerHost(loader, self)
+        self.worker = self.host.worker
+        self.conversation_id: int | None = None
+        self.model_info: dict[str, Any] = {}
+        self.model_path = ""
+        self.loading = False
+        self._load_cancel: CancelToken | None = None
+        self._request_id = 0
+        self._cancel: CancelToken | None = None
+        self._saver: StreamingMessageSaver | None = None
+        self._reply_widget: MessageWidget | None = None
+        self._editing_from: int | None = None
+        self._summary_request = 0
+        self._summary_cancel: CancelToken | None = None
+        self._summary_dialog: QProgressDialog | None = None
+        self._summary_doc: documents.Document | None = None
+        self._tasks: list[BackgroundTask] = []
+        self.last_error = ""
+        self.last_summary: Any = None
+
+        self.setWindowTitle(self.tr("Ternary Chat"))
+        self.setAcceptDrops(True)
+        self.resize(1280, 800)
+        self._build()
+        self._connect_worker()
+        self._shortcuts()
+        self.refresh_conversations()
+        self.refresh_models()
+        self._gauge_timer = QTimer(self)
+        self._gauge_timer.setInterval(GAUGE_IDLE_MS)
+        self._gauge_timer.timeout.connect(self._poll_gauges)
+        self._gauge_timer.start()
+        convs = self.store.conversations()
+        if convs:
+            self.open_conversation(convs[0].id)
+        self._update_state()
+        if autoload and self.settings.last_model and Path(self.settings.last_model).exists():
+            self.load_model(self.settings.last_model)
+
+    # ------------------------------------------------------------------ layout
+    def _build(self) -> None:
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.setObjectName("mainSplitter")
+        self.setCentralWidget(splitter)
+
+        # sidebar
+        side = QWidget()
+        side.setObjectName("sidebar")
+        sl = QVBoxLayout(side)
+        sl.setContentsMargins(8, 8, 8, 8)
+        self.new_chat_button = QPushButton(self.tr("New chat"))
+        self.new_chat_button.setAccessibleName(self.tr("New chat"))
+        self.new_chat_button.setToolTip(self.tr("Start a new conversation (Ctrl+N)"))
+        self.new_chat_button.clicked.connect(self.new_conversation)
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText(self.tr("Search conversations (Ctrl+F)"))
+        self.search_edit.setAccessibleName(self.tr("Search conversations"))
+        self.search_edit.setClearButtonEnabled(True)
+        self.search_edit.textChanged.connect(self.refresh_conversations)
+        self.conversation_list = QListWidget()
+        self.conversation_list.setAccessibleName(self.tr("Conversations"))
+        self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.conversation_list.customContextMenuRequested.connect(self._conversation_menu)
+        self.conversation_list.currentItemChanged.connect(self._on_conversation_selected)
+        self.conversation_list.itemDoubleClicked.connect(lambda _item: self.rename_conversation())
+        sl.addWidget(self.new_chat_button)
+        sl.addWidget(self.search_edit)
+        sl.addWidget(self.conversation_list, 1)
+        splitter.addWidget(side)
+
+        # center
+        center = QWidget()
+        cl = QVBoxLayout(center)
+        cl.setContentsMargins(8, 8, 8, 8)
+        top = QHBoxLayout()
+        model_caption = QLabel(self.tr("Model:"))
+        self.model_combo = QComboBox()
+        self.model_combo.setAccessibleName(self.tr("Model picker"))
+        self.model_combo.setMinimumContentsLength(24)
+        self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_combo.activated.connect(self._on_model_chosen)
+        model_caption.setBuddy(self.model_combo)
+        self.models_button = QPushButton(self.tr("Models…"))
+        self.models_button.setAccessibleName(self.tr("Open the model manager"))
+        self.models_button.clicked.connect(self.open_model_manager)
+        self.settings_button = QPushButton(self.tr("Settings…"))
+        self.settings_button.setAccessibleName(self.tr("Open settings"))
+        self.settings_button.setToolTip(self.tr("Settings (Ctrl+,)"))
+        self.settings_button.clicked.connect(self.open_settings)
+        top.addWidget(model_caption)
+        top.addWidget(self.model_combo, 1)
+        top.addWidget(self.models_button)
+        top.addWidget(self.settings_button)
+        cl.addLayout(top)
+
+        self.banner = QLabel()
+        self.banner.setObjectName("banner")
+        self.banner.setWordWrap(True)
+        self.banner.setVisible(False)
+        self.banner.setAccessibleName(self.tr("Message"))
+        self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.banner_close = QToolButton()
+        self.banner_close.setText("✕")
+        self.banner_close.setAccessibleName(self.tr("Dismiss message"))
+        self.banner_close.setVisible(False)
+        self.banner_close.clicked.connect(self.clear_banner)
+        brow = QHBoxLayout()
+        brow.addWidget(self.banner, 1)
+        brow.addWidget(self.banner_close)
+        cl.addLayout(brow)
+
+        self.stack = QStackedWidget()
+        from app.welcome import WelcomePage
+
+        self.welcome = WelcomePage(self)
+        self.chat_view = ChatView()
+        self.chat_view.copyRequested.connect(self.copy_message)
+        self.chat_view.editRequested.connect(self.edit_message)
+        self.chat_view.regenerateRequested.connect(self.regenerate)
+        self.stack.addWidget(self.welcome)
+        self.stack.addWidget(self.chat_view)
+        cl.addWidget(self.stack, 1)
+
+        inp = QHBoxLayout()
+        self.attach_button = QToolButton()
+        self.attach_button.setText(self.tr("Attach…"))
+        self.attach_button.setAccessibleName(self.tr("Attach a document to summarize"))
+        self.attach_button.setToolTip(self.tr("Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)"))
+        self.attach_button.clicked.connect(self.attach_document)
+        self.input = PromptEdit()
+        self.input.setObjectName("promptEdit")
+        self.input.setAccessibleName(self.tr("Message input"))
+        self.input.setPlaceholderText(self.tr("Type a message. Enter sends, Shift+Enter adds a new line."))
+        self.input.setMaximumHeight(120)
+        self.input.submitted.connect(self.send)
+        self.send_button = QPushButton(self.tr("Send"))
+        self.send_button.setObjectName("sendButton")
+        self.send_button.setAccessibleName(self.tr("Send message"))
+        self.send_button.clicked.connect(self._send_or_stop)
+        inp.addWidget(self.attach_button)
+        inp.addWidget(self.input, 1)
+        inp.addWidget(self.send_button)
+        cl.addLayout(inp)
+        splitter.addWidget(center)
+
+        self.gauges = GaugePanel()
+        self.gauges.set_model(None)
+        splitter.addWidget(self.gauges)
+        splitter.setStretchFactor(0, 0)
+        splitter.setStretchFactor(1, 1)
+        splitter.setStretchFactor(2, 0)
+        splitter.setSizes([240, 760, 280])
+
+        self.status_label = QLabel(self.tr("No model loaded"))
+        self.status_label.setAccessibleName(self.tr("Status"))
+        self.load_bar = QProgressBar()
+        self.load_bar.setRange(0, 100)
+        self.load_bar.setMaximumWidth(240)
+        self.load_bar.setVisible(False)
+        self.load_bar.setAccessibleName(self.tr("Model loading progress"))
+        self.statusBar().addWidget(self.status_label, 1)
+        self.statusBar().addPermanentWidget(self.load_bar)
+
+        # focus order: sidebar -> model -> chat -> input -> send
+        QWidget.setTabOrder(self.new_chat_button, self.search_edit)
+        QWidget.setTabOrder(self.search_edit, self.conversation_list)
+        QWidget.setTabOrder(self.conversation_list, self.model_combo)
+        QWidget.setTabOrder(self.model_combo, self.models_button)
+        QWidget.setTabOrder(self.models_button, self.settings_button)
+        QWidget.setTabOrder(self.settings_button, self.chat_view)
+        QWidget.setTabOrder(self.chat_view, self.attach_button)
+        QWidget.setTabOrder(self.attach_button, self.input)
+        QWidget.setTabOrder(self.input, self.send_button)
+
+    def _shortcuts(self) -> None:
+        def action(text: str, keys: list[QKeySequence] | QKeySequence, slot: Callable[[], Any]) -> QAction:
+            a = QAction(text, self)
+            if isinstance(keys, list):
+                a.setShortcuts(keys)
+            else:
+                a.setShortcut(keys)
+            a.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+            a.triggered.connect(slot)
+            self.addAction(a)
+            return a
+
+        self.new_action = action(self.tr("New chat"), QKeySequence("Ctrl+N"), self.new_conversation)
+        self.search_action = action(self.tr("Search"), QKeySequence("Ctrl+F"), self._focus_search)
+        self.settings_action = action(self.tr("Settings"), QKeySequence("Ctrl+,"), self.open_settings)
+        self.stop_action = action(self.tr("Stop"), QKeySequence("Esc"), self.stop)
+        self.send_action = action(self.tr("Send"), QKeySequence("Ctrl+Return"), self.send)
+        self.models_action = action(self.tr("Models"), QKeySequence("Ctrl+M"), self.open_model_manager)
+        self.quit_action = action(self.tr("Quit"), QKeySequence("Ctrl+Q"), self.close)
+
+    def _focus_search(self) -> None:
+        self.search_edit.setFocus()
+        self.search_edit.selectAll()
+
+    def _connect_worker(self) -> None:
+        w = self.worker
+        w.loadProgress.connect(self._on_load_progress)
+        w.loaded.connect(self._on_loaded)
+        w.loadFailed.connect(self._on_load_failed)
+        w.tokens.connect(self._on_tokens)
+        w.notice.connect(self._on_notice)
+        w.finished.connect(self._on_finished)
+        w.failed.connect(self._on_failed)
+        w.memory.connect(self.gauges.update_memory)
+        w.tokenCount.connect(self._on_token_count)
+        w.summaryProgress.connect(self._on_summary_progress)
+        w.summaryDone.connect(self._on_summary_done)
+        w.summaryFailed.connect(self._on_summary_failed)
+
+    # ------------------------------------------------------------------ banner / state
+    def show_error(self, text: str) -> None:
+        self.last_error = text
+        self.banner.setProperty("kind", "error")
+        self._show_banner(text)
+        log.info("shown to user: %s", text)
+
+    def show_notice(self, text: str) -> None:
+        self.banner.setProperty("kind", "notice")
+        self._show_banner(text)
+
+    def _show_banner(self, text: str) -> None:
+        self.banner.setText(text)
+        self.banner.style().unpolish(self.banner)
+        self.banner.style().polish(self.banner)
+        self.banner.setVisible(True)
+        self.banner_close.setVisible(True)
+        self.banner.setAccessibleDescription(text)
+
+    def clear_banner(self) -> None:
+        self.banner.setVisible(False)
+        self.banner_close.setVisible(False)
+
+    @property
+    def generating(self) -> bool:
+        return self._cancel is not None
+
+    def _update_state(self) -> None:
+        has_model = bool(self.model_info)
+        busy = self.generating or self._summary_cancel is not None
+        self.send_button.setText(self.tr("Stop") if self.generating else self.tr("Send"))
+        self.send_button.setAccessibleName(self.tr("Stop generating") if self.generating else self.tr("Send message"))
+        self.send_button.setEnabled(self.generating or (has_model and not busy and not self.loading))
+        self.attach_button.setEnabled(has_model and not busy and not self.loading)
+        self.model_combo.setEnabled(not busy and not self.loading)
+        for w in self.chat_view.widgets:
+            w.set_actions_enabled(has_model and not busy and not self.loading)
+        show_welcome = not has_model and not self.loading and self.conversation_id is None
+        self.stack.setCurrentWidget(self.welcome if show_welcome else self.chat_view)
+
+    # ------------------------------------------------------------------ conversations
+    def refresh_conversations(self) -> None:
+        query = self.search_edit.text()
+        convs = self.store.search(query) if query.strip() else self.store.conversations()
+        self.conversation_list.blockSignals(True)
+        self.conversation_list.clear()
+        for c in convs:
+            item = QListWidgetItem(c.title)
+            item.setData(Qt.ItemDataRole.UserRole, c.id)
+            item.setToolTip(time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated)))
+            self.conversation_list.addItem(item)
+            if c.id == self.conversation_id:
+                self.conversation_list.setCurrentItem(item)
+        self.conversation_list.blockSignals(False)
+
+    def _on_conversation_selected(self, item: QListWidgetItem | None, _prev: object = None) -> None:
+        if item is None:
+            return
+        cid = int(item.data(Qt.ItemDataRole.UserRole))
+        if cid != self.conversation_id:
+            if self.generating:
+                self.stop()
+            self.open_conversation(cid)
+
+    def open_conversation(self, conversation_id: int) -> None:
+        self.conversation_id = conversation_id
+        self._editing_from = None
+        self.chat_view.clear()
+        for m in self.store.messages(conversation_id):
+            if m.role == "system":
+                continue
+            w = self.chat_view.add_message(m.id, m.role, m.content, m.thinking)
+            w.set_status(self._stats_text(m.stats, interrupted=m.status == PARTIAL))
+        for i in range(self.conversation_list.count()):
+            it = self.conversation_list.item(i)
+            if int(it.data(Qt.ItemDataRole.UserRole)) == conversation_id:
+                self.conversation_list.blockSignals(True)
+                self.conversation_list.setCurrentItem(it)
+                self.conversation_list.blockSignals(False)
+        self._update_state()
+
+    def new_conversation(self) -> None:
+        if self.generating:
+            self.stop()
+        c = self.store.create_conversation(self.tr("New chat"), model=model_key(self.model_path) if self.model_path else "")
+        self.search_edit.clear()
+        self.refresh_conversations()
+        self.open_conversation(c.id)
+        self.input.setFocus()
+
+    def _current_item_id(self) -> int | None:
+        item = self.conversation_list.currentItem()
+        return int(item.data(Qt.ItemDataRole.UserRole)) if item else self.conversation_id
+
+    def rename_conversation(self, conversation_id: int | None = None, title: str | None = None) -> None:
+        cid = conversation_id or self._current_item_id()
+        if cid is None:
+            return
+        if title is None:
+            conv = self.store.conversation(cid)
+            title, ok = QInputDialog.getText(self, self.tr("Rename conversation"), self.tr("Title:"),
+                                             text=conv.title if conv else "")
+            if not ok:
+                return
+        if not title.strip():
+            self.show_error(self.tr("A conversation title cannot be empty."))
+            return
+        self.store.rename_conversation(cid, title)
+        self.refresh_conversations()
+
+    def delete_conversation(self, conversation_id: int | None = None, confirm: bool = True) -> None:
+        cid = conversation_id or self._current_item_id()
+        if cid is None:
+            return
+        if confirm:
+            answer = QMessageBox.question(self, self.tr("Delete conversation"),
+                                          self.tr("Delete this conversation? This cannot be undone."))
+            if answer != QMessageBox.StandardButton.Yes:
+                return
+        if cid == self.conversation_id and self.generating:
+            self.stop()
+        self.store.delete_conversation(cid)
+        if cid == self.conversation_id:
+            self.conversation_id = None
+            self.chat_view.clear()
+        self.refresh_conversations()
+        convs = self.store.conversations()
+        if self.conversation_id is None and convs:
+            self.open_conversation(convs[0].id)
+        self._update_state()
+
+    def export_conversation(self, fmt: str, conversation_id: int | None = None, path: str | None = None) -> Path | None:
+        cid = conversation_id or self._current_item_id()
+        if cid is None:
+            return None
+        conv = self.store.conversation(cid)
+        if path is None:
+            suffix = ".md" if fmt == "markdown" else ".json"
+            safe = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conv.title).strip() or "chat"
+            path, _ = QFileDialog.getSaveFileName(self, self.tr("Export conversation"), str(Path.home() / (safe + suffix)),
+                                                  self.tr("Markdown (*.md)") if fmt == "markdown" else self.tr("JSON (*.json)"))
+            if not path:
+                return None
+        try:
+            out = (self.store.export_markdown if fmt == "markdown" else self.store.export_json)(cid, path)
+        except OSError as exc:
+            self.show_error(self.tr("Could not export: %1").replace("%1", exc.strerror or str(exc)))
+            return None
+        self.statusBar().showMessage(self.tr("Exported to %1").replace("%1", str(out)), 5000)
+        return out
+
+    def _conversation_menu(self, pos: Any) -> None:
+        item = self.conversation_list.itemAt(pos)
+        if item is None:
+            return
+        cid = int(item.data(Qt.ItemDataRole.UserRole))
+        menu = QMenu(self)
+        menu.addAction(self.tr("Rename…"), lambda: self.rename_conversation(cid))
+        menu.addAction(self.tr("Export as Markdown…"), lambda: self.export_conversation("markdown", cid))
+        menu.addAction(self.tr("Export as JSON…"), lambda: self.export_conversation("json", cid))
+        menu.addSeparator()
+        menu.addAction(self.tr("Delete…"), lambda: self.delete_conversation(cid))
+        menu.exec(self.conversation_list.mapToGlobal(pos))
+
+    def keyPressEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        if self.conversation_list.hasFocus():
+            if event.key() == Qt.Key.Key_F2:
+                self.rename_conversation()
+                return
+            if event.key() == Qt.Key.Key_Delete:
+                self.delete_conversation()
+                return
+        super().keyPressEvent(event)
+
+    # ------------------------------------------------------------------ models
+    def available_models(self) -> list[tuple[str, str]]:
+        """(label, path) of every model that can be loaded: verified store files and imports."""
+        out: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        try:
+            from runtime.hub.store import ModelStore
+
+            for item in ModelStore().installed():
+                p = str(item.path)
+                if p not in seen:
+                    seen.add(p)
+                    out.append((f"{item.filename}  ({format_bytes(item.size)})", p))
+        except Exception as exc:  # noqa: BLE001 - a broken store must not break the window
+            log.warning("model store unreadable: %s", exc)
+        for p in self.settings.local_models:
+            if p not in seen and Path(p).exists():
+                seen.add(p)
+                out.append((Path(p).name + "  " + self.tr("(imported)"), p))
+        return out
+
+    def refresh_models(self) -> None:
+        self.model_combo.blockSignals(True)
+        self.model_combo.clear()
+        models = self.available_models()
+        if not models:
+            self.model_combo.addItem(self.tr("No models yet — open Models… to download or import one"), "")
+        for label, path in models:
+            self.model_combo.addItem(label, path)
+        idx = self.model_combo.findData(self.model_path or self.settings.last_model)
+        if idx >= 0:
+            self.model_combo.setCurrentIndex(idx)
+        self.model_combo.blockSignals(False)
+        self.welcome.refresh()
+
+    def _on_model_chosen(self, index: int) -> None:
+        path = self.model_combo.itemData(index)
+        if path and path != self.model_path:
+            self.load_model(path)
+
+    def load_options(self) -> dict[str, Any]:
+        hw = self.settings.hardware
+        return {
+            "device": hw.device,
+            "context_length": hw.context_length or None,
+            "max_vram_bytes": hw.vram_cap_bytes,
+            "kv_dtype": None if hw.kv_cache_precision == "auto" else hw.kv_cache_precision,
+            "offload_mode": None if hw.offload_policy == "auto" else hw.offload_policy,
+        }
+
+    def load_model(self, path: str) -> None:
+        if self.generating:
+            self.stop()
+        if self._load_cancel is not None:
+            self._load_cancel.cancel()
+        self.loading = True
+        self.model_info = {}
+        self.model_path = path
+        self._load_cancel = CancelToken()
+        self.load_bar.setValue(0)
+        self.load_bar.setVisible(True)
+        self.status_label.setText(self.tr("Loading %1…").replace("%1", Path(path).name))
+        self.gauges.set_model(None)
+        self._update_state()
+        self.host.requestLoad.emit(path, self.load_options(), self._load_cancel)
+
+    def _on_load_progress(self, stage: str, fraction: float) -> None:
+        self.load_bar.setValue(int(100 * fraction))
+        self.status_label.setText(self.tr("Loading: %1").replace("%1", stage))
+
+    def _on_loaded(self, info: dict) -> None:
+        if info.get("path") != self.model_path:
+            return  # an older load finished after a newer one was requested
+        self.loading = False
+        self._load_cancel = None
+        self.model_info = info
+        self.load_bar.setVisible(False)
+        ctx = info.get("context_length", 0)
+        self.status_label.setText(self.tr("%1 on %2 · context %3 tokens").replace("%1", str(info.get("name")))
+                                  .replace("%2", str(info.get("device"))).replace("%3", str(ctx)))
+        self.gauges.set_model(info)
+        if self.settings.last_model != self.model_path:
+            self.settings.last_model = self.model_path
+            self.save_settings()
+        idx = self.model_combo.findData(self.model_path)
+        if idx >= 0:
+            self.model_combo.setCurrentIndex(idx)
+        self.clear_banner()
+        self._update_state()
+        self.modelLoaded.emit(info)
+
+    def _on_load_failed(self, message: str) -> None:
+        self.loading = False
+        self._load_cancel = None
+        self.model_info = {}
+        self.load_bar.setVisible(False)
+        self.status_label.setText(self.tr("No model loaded"))
+        self.show_error(self.tr("Could not load the model: %1").replace("%1", message))
+        self._update_state()
+
+    def import_model(self, path: str) -> bool:
+        """Remember a local .gguf/.ternary file or HF folder and load it in place."""
+        p = Path(path)
+        if not (p.is_dir() or p.suffix.lower() in MODEL_SUFFIXES):
+            self.show_error(self.tr("%1 is not a model: use a .gguf or .ternary file or a Hugging Face folder.")
+                            .replace("%1", p.name))
+            return False
+        if p.is_dir() and not (p / "config.json").is_file():
+            self.show_error(self.tr("The folder %1 has no config.json, so it is not a Hugging Face model folder.")
+                            .replace("%1", p.name))
+            return False
+        resolved = str(p.resolve())
+        if resolved not in self.settings.local_models:
+            self.settings.local_models.append(resolved)
+            self.save_settings()
+        self.refresh_models()
+        self.load_model(resolved)
+        return True
+
+    # ------------------------------------------------------------------ chatting
+    def sampling(self) -> Any:
+        return self.settings.sampling_for(model_key(self.model_path))
+
+    def _send_or_stop(self) -> None:
+        if self.generating:
+            self.stop()
+        else:
+            self.send()
+
+    def send(self, text: str | None = None) -> bool:
+        text = self.input.toPlainText() if text is None else text
+        if not text.strip():
+            return False
+        if self.generating or self._summary_cancel is not None:
+            return False
+        if not self.model_info:
+            self.show_error(self.tr("Load a model first (Models… or the model picker)."))
+            return False
+        if self.conversation_id is None:
+            c = self.store.create_conversation(_title_from(text), model=model_key(self.model_path))
+            self.conversation_id = c.id
+        elif self._editing_from is not None:
+            self.store.delete_messages_from(self.conversation_id, self._editing_from)
+            self.chat_view.remove_from(self._editing_from)
+        self._editing_from = None
+        conv = self.store.conversation(self.conversation_id)
+        if conv and conv.title == self.tr("New chat") and not self.store.messages(self.conversation_id):
+            self.store.rename_conversation(self.conversation_id, _title_from(text))
+        msg = self.store.add_message(self.conversation_id, "user", text)
+        self.chat_view.add_message(msg.id, "user", text)
+        self.input.clear()
+        self.refresh_conversations()
+        self._start_generation()
+        return True
+
+    def _history_messages(self) -> list[dict[str, str]]:
+        s = self.sampling()
+        msgs: list[dict[str, str]] = []
+        if s.system_prompt.strip():
+            msgs.append({"role": "system", "content": s.system_prompt})
+        for m in self.store.messages(self.conversation_id):
+            if m.role == "system":
+                continue
+            if m.role == "assistant" and not m.content.strip():
+                continue
+            msgs.append({"role": m.role, "content": m.content})
+        return msgs
+
+    def _start_generation(self) -> None:
+        messages = self._history_messages()
+        reply = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)
+        self.store.set_conversation_model(self.conversation_id, model_key(self.model_path))
+        self._saver = StreamingMessageSaver(self.store, reply.id)
+        self._reply_widget = self.chat_view.add_message(reply.id, "assistant")
+        self._reply_widget.set_status(self.tr("generating…"))
+        self._request_id = self.host.next_request_id()
+        self._cancel = CancelToken()
+        self.clear_banner()
+        self.gauges.generation_started()
+        self._update_state()
+        self.host.requestGenerate.emit(self._request_id, messages, generation_settings(self.sampling()), self._cancel)
+
+    def stop(self) -> None:
+        """Esc / Stop: the engine stops within one token; the DoneEvent still arrives."""
+        if self._cancel is not None:
+            self._cancel.cancel()
+            self.status_label.setText(self.tr("Stopping…"))
+        if self._summary_cancel is not None:
+            self._summary_cancel.cancel()
+
+    def _on_token_count(self, request_id: int, n: int) -> None:
+        if request_id == self._request_id:
+            self.gauges.set_prompt_tokens(n)
+
+    def _on_tokens(self, request_id: int, batch: list) -> None:
+        if request_id != self._request_id or self._saver is None:
+            return
+        for channel, text in batch:
+            self._saver.append(text, channel)
+            self._reply_widget.append(channel, text)
+        self.gauges.pieces_received(len(batch))
+
+    def _on_notice(self, request_id: int, message: str) -> None:
+        self.show_notice(message)
+
+    def _on_finished(self, request_id: int, result: dict) -> None:
+        if request_id != self._request_id or self._saver is None:
+            return
+        stats = result.get("stats") or {}
+        self._saver.finish(result.get("text", self._saver.content), result.get("thinking", self._saver.thinking), stats)
+        self._reply_widget.set_text(self._saver.content, self._saver.thinking)
+        self._reply_widget.set_status(self._stats_text(stats))
+        self.gauges.generation_done(stats)
+        self._end_generation()
+        self.status_label.setText(self.tr("Ready"))
+        self.generationFinished.emit(request_id)
+
+    def _on_failed(self, request_id: int, message: str) -> None:
+        if request_id != self._request_id:
+            return
+        if self._saver is not None:
+            self._saver.finish(stats={"finish_reason": "error", "error": message})
+            if self._reply_widget is not None:
+                self._reply_widget.set_status(self.tr("Error: %1").replace("%1", message))
+        self.gauges.generation_failed()
+        self.show_error(self.tr("Generation failed: %1").replace("%1", message))
+        self._end_generation()
+        self.generationFinished.emit(request_id)
+
+    def _end_generation(self) -> None:
+        self._cancel = None
+        self._saver = None
+        self._reply_widget = None
+        self.refresh_conversations()
+        self._update_state()
+
+    def _stats_text(self, stats: dict[str, Any], interrupted: bool = False) -> str:
+        if interrupted:
+            return self.tr("Interrupted (the app closed before this reply finished)")
+        if not stats:
+            return ""
+        if stats.get("finish_reason") == "error":
+            return self.tr("Error: %1").replace("%1", str(stats.get("error", "")))
+        parts = []
+        if stats.get("generated_tokens") is not None:
+            parts.append(self.tr("%1 tokens").replace("%1", str(stats.get("generated_tokens"))))
+        if stats.get("decode_tok_s"):
+            parts.append(self.tr("%1 tok/s").replace("%1", f"{float(stats['decode_tok_s']):.1f}"))
+        if stats.get("ttft_s"):
+            parts.append(self.tr("first token %1 s").replace("%1", f"{float(stats['ttft_s']):.2f}"))
+        reason = stats.get("finish_reason")
+        if reason == "cancelled":
+            parts.append(self.tr("stopped"))
+        elif reason == "length":
+            parts.append(self.tr("reached the length limit"))
+        return " · ".join(parts)
+
+    def copy_message(self, message_id: int) -> None:
+        m = self.store.message(message_id)
+        if m is not None:
+            QGuiApplication.clipboard().setText(m.content)
+            self.statusBar().showMessage(self.tr("Copied"), 2000)
+
+    def edit_message(self, message_id: int) -> None:
+        if self.generating:
+            return
+        m = self.store.message(message_id)
+        if m is None:
+            return
+        self._editing_from = message_id
+        self.input.setPlainText(m.content)
+        self.input.setFocus()
+        self.show_notice(self.tr("Editing: sending replaces this message and everything after it."))
+
+    def regenerate(self, message_id: int) -> None:
+        if self.generating or not self.model_info or self.conversation_id is None:
+            return
+        self.store.delete_messages_from(self.conversation_id, message_id)
+        self.chat_view.remove_from(message_id)
+        if not any(m.role == "user" for m in self.store.messages(self.conversation_id)):
+            return
+        self._start_generation()
+
+    # ------------------------------------------------------------------ gauges
+    def _poll_gauges(self) -> None:
+        if self.model_info and not self.generating and self._summary_cancel is None:
+            self.host.requestMemory.emit()
+
+    # ------------------------------------------------------------------ documents
+    def attach_document(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, self.tr("Summarize a document"), str(Path.home()),
+                                              self.tr("Documents (*.txt *.md *.pdf *.docx *.html *.htm)"))
+        if path:
+            self.summarize_file(path)
+
+    def summarize_file(self, path: str) -> None:
+        if not self.model_info:
+            self.show_error(self.tr("Load a model first (Models… or the model picker)."))
+            return
+        if self.generating or self._summary_cancel is not None:
+            self.show_error(self.tr("Wait for the current reply to finish (or press Esc)."))
+            return
+        self.status_label.setText(self.tr("Reading %1…").replace("%1", Path(path).name))
+        self._summary_cancel = CancelToken()
+        self._update_state()
+        task = run_in_background(lambda: documents.extract_text(path), self._on_document_read,
+                                 self._on_document_error)
+        self._tasks.append(task)
+
+    def _on_document_error(self, exc: BaseException) -> None:
+        self._summary_cancel = None
+        self._update_state()
+        self.status_label.setText(self.tr("Ready"))
+        if isinstance(exc, documents.DocumentError):
+            self.show_error(document_error_text(exc))
+        else:
+            self.show_error(self.tr("Could not read the document: %1").replace("%1", str(exc)))
+
+    def _on_document_read(self, doc: documents.Document) -> None:
+        if self._summary_cancel is None or self._summary_cancel.cancelled:
+            self._summary_cancel = None
+            self._update_state()
+            return
+        self._summary_doc = doc
+        self._summary_request = self.host.next_request_id()
+        dlg = QProgressDialog(self.tr("Summarizing %1…").replace("%1", doc.name), self.tr("Cancel"), 0, 0, self)
+        dlg.setWindowTitle(self.tr("Summarizing"))
+        dlg.setAccessibleName(self.tr("Summarizing progress"))
+        dlg.setWindowModality(Qt.WindowModality.WindowModal)
+        dlg.setMinimumDuration(0)
+        dlg.setAutoClose(False)
+        dlg.setAutoReset(False)
+        dlg.canceled.connect(self.stop)
+        dlg.show()
+        self._summary_dialog = dlg
+        self.status_label.setText(self.tr("Summarizing %1…").replace("%1", doc.name))
+        settings = generation_settings(self.sampling())
+        self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name, settings, self._summary_cancel)
+
+    def _on_summary_progress(self, request_id: int, p: Any) -> None:
+        if request_id != self._summary_request or self._summary_dialog is None:
+            return
+        self._summary_dialog.setMaximum(max(p.total, 1))
+        self._summary_dialog.setValue(min(p.done, p.total))
+        stage = self.tr("reading the parts") if p.stage == "map" else self.tr("combining the summaries")
+        self._summary_dialog.setLabelText(self.tr("Summarizing %1: step %2 of about %3 (%4)")
+                                          .replace("%1", self._summary_doc.name if self._summary_doc else "")
+                                          .replace("%2", str(p.done)).replace("%3", str(p.total)).replace("%4", stage))
+
+    def _close_summary_dialog(self) -> None:
+        if self._summary_dialog is not None:
+            self._summary_dialog.canceled.disconnect(self.stop)
+            self._summary_dialog.close()
+            self._summary_dialog.deleteLater()
+            self._summary_dialog = None
+        self._summary_cancel = None
+        self.status_label.setText(self.tr("Ready"))
+        self._update_state()
+
+    def _on_summary_done(self, request_id: int, result: Any) -> None:
+        if request_id != self._summary_request:
+            return
+        self._close_summary_dialog()
+        self.last_summary = result
+        doc = self._summary_doc
+        coverage = self.coverage_text(result)
+        if not result.summary.strip():
+            self.show_notice(self.tr("Summarizing was cancelled before any part was done.") + " " + coverage)
+            return
+        if self.conversation_id is None:
+            c = self.store.create_conversation(self.tr("Summary of %1").replace("%1", doc.name),
+                                               model=model_key(self.model_path))
+            self.conversation_id = c.id
+        request_text = self.tr("Summarize the document %1").replace("%1", doc.name)
+        um = self.store.add_message(self.conversation_id, "user", request_text)
+        body = result.summary + "\n\n---\n*" + coverage + "*"
+        am = self.store.add_message(self.conversation_id, "assistant", body,
+                                    stats={"summary_chunks": result.chunks, "summary_chunks_used": result.chunks_used,
+                                           "document_chars": result.total_chars, "used_chars": result.used_chars})
+        self.chat_view.add_message(um.id, "user", request_text)
+        self.chat_view.add_message(am.id, "assistant", body)
+        self.refresh_conversations()
+        self._update_state()
+        if result.cancelled:
+            self.show_notice(coverage)
+
+    def coverage_text(self, result: Any) -> str:
+        pct = f"{100 * result.fraction_used:.0f}"
+        if result.cancelled:
+            return (self.tr("Cancelled: the summary covers %1 of %2 parts (%3% of the document).")
+                    .replace("%1", str(result.chunks_used)).replace("%2", str(result.chunks)).replace("%3", pct))
+        if result.chunks == 1:
+            return self.tr("The whole document was read (%1 tokens, one part).").replace("%1", str(result.total_tokens))
+        return (self.tr("The whole document was read: %1 tokens in %2 parts, summarized and combined.")
+                .replace("%1", str(result.total_tokens)).replace("%2", str(result.chunks)))
+
+    def _on_summary_failed(self, request_id: int, message: str) -> None:
+        if request_id != self._summary_request:
+            return
+        self._close_summary_dialog()
+        self.show_error(self.tr("Summarizing failed: %1").replace("%1", message))
+
+    # ------------------------------------------------------------------ drag and drop
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
+        if event.mimeData().hasUrls():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt override
+        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
+        if paths:
+            event.acceptProposedAction()
+            self.handle_dropped(paths[0])
+
+    def handle_dropped(self, path: str) -> None:
+        p = Path(path)
+        if p.is_dir() or p.suffix.lower() in MODEL_SUFFIXES:
+            self.import_model(path)
+        elif documents.is_supported(p):
+            self.summarize_file(path)
+        else:
+            self.show_error(self.tr("%1: drop a document (.txt, .md, .pdf, .docx, .html) to summarize it, or a model "
+                                    "(.gguf, .ternary, folder) to import it.").replace("%1", p.name))
+
+    # ------------------------------------------------------------------ dialogs
+    def open_settings(self) -> None:
+        from app.settings_dialog import SettingsDialog
+
+        dlg = SettingsDialog(self)
+        dlg.exec()
+
+    def open_model_manager(self) -> None:
+        from app.model_manager import ModelManagerDialog
+
+        dlg = ModelManagerDialog(self)
+        dlg.exec()
+        self.refresh_models()
+
+    def save_settings(self) -> None:
+        try:
+            self.settings.save(self.settings_path)
+        except (OSError, ValueError) as exc:
+            self.show_error(self.tr("Could not save settings: %1").replace("%1", str(exc)))
+
+    def apply_settings(self, old: AppSettings) -> None:
+        """Take new settings into use: theme now, hardware by reloading the model."""
+        from app.theme import apply_theme
+
+        if old.interface.theme != self.settings.interface.theme:
+            apply_theme(self.settings.interface.theme)
+        if old.interface.language != self.settings.interface.language:
+            self.show_notice(self.tr("The interface language changes the next time the app starts."))
+        if old.hardware != self.settings.hardware and self.model_path and not self.generating:
+            self.load_model(self.model_path)
+
+    # ------------------------------------------------------------------ shutdown
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
+        self.stop()
+        if self._load_cancel is not None:
+            self._load_cancel.cancel()
+        if self._saver is not None:
+            self._saver.flush()
+        self._gauge_timer.stop()
+        self.host.stop()
+        QThreadPool.globalInstance().waitForDone(5000)
+        self.store.close()
+        super().closeEvent(event)
+
+
+def _title_from(text: str) -> str:
+    line = " ".join(text.strip().split())
+    return (line[:48] + "…") if len(line) > 48 else line
+
+
+def document_error_text(exc: documents.DocumentError) -> str:
+    """Translated message for a document problem (the English one comes from the exception)."""
+    p = exc.params
+    tr = QCoreApplication.translate
+    name = str(p.get("name", ""))
+    texts = {
+        "unsupported": tr("DocumentErrors", "%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html."),
+        "missing": tr("DocumentErrors", "%1: file not found."),
+        "unreadable": tr("DocumentErrors", "%1 cannot be read."),
+        "too_large": tr("DocumentErrors", "%1 is too large (%2 MB); the limit is %3 MB. Split it into smaller files."),
+        "binary": tr("DocumentErrors", "%1 is not a text file (it contains binary data; was it renamed?)."),
+        "encrypted": tr("DocumentErrors", "%1 is password-protected. Save an unprotected copy and drop that."),
+        "no_text": tr("DocumentErrors", "%1 looks like a scanned PDF with no text layer; run OCR on it first."),
+        "corrupt": tr("DocumentErrors", "%1 is damaged or not the kind of file its name says."),
+        "empty": tr("DocumentErrors", "%1 contains no text."),
+    }
+    text = texts.get(exc.code)
+    if text is None:
+        return str(exc)
+    return (text.replace("%1", name).replace("%2", f"{float(p.get('size_mb', 0)):.0f}")
+            .replace("%3", f"{float(p.get('limit_mb', 0)):.0f}"))
+

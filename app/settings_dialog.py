@@ -1,0 +1,569 @@
+"""Settings dialog: sampling (per model), hardware, downloads, interface.
+
+Why every number is a line edit with a validator plus an inline explanation: an empty field means
+"the model file's default" (shown as the placeholder), which a spin box cannot express, and a
+refused value must say *why* next to the field — not in a dialog after OK. The ranges and the
+sentences come from :data:`app.settings_model.LIMITS`, the same ones the settings file is
+checked against. OK/Apply stay disabled while any field is invalid.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QDoubleValidator, QIntValidator, QValidator
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.gauges import format_bytes
+from app.settings_model import (
+    LIMITS,
+    MIN_MANUAL_CONTEXT,
+    AppSettings,
+    HardwareSettings,
+    SamplingSettings,
+)
+
+log = logging.getLogger(__name__)
+
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                   "max_new_tokens", "seed")
+
+
+class NumberField(QWidget):
+    """A line edit for one number with an inline explanation when the value is refused."""
+
+    validityChanged = Signal()
+
+    def __init__(self, name: str, accessible: str, optional: bool = True, placeholder: str = "",
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.name = name
+        self.limit = LIMITS[name]
+        self.optional = optional
+        lay = QVBoxLayout(self)
+        lay.setContentsMargins(0, 0, 0, 0)
+        lay.setSpacing(2)
+        self.edit = QLineEdit()
+        self.edit.setAccessibleName(accessible)
+        self.edit.setPlaceholderText(placeholder)
+        if self.limit.integer:
+            top = int(min(self.limit.high, 2**31 - 1))
+            self.edit.setValidator(QIntValidator(int(min(self.limit.low, 0)), top, self.edit))
+        else:
+            v = QDoubleValidator(min(self.limit.low, -1e9) if self.limit.low < 0 else 0.0, 1e9, 4, self.edit)
+            v.setNotation(QDoubleValidator.Notation.StandardNotation)
+            self.edit.setValidator(v)
+        self.error = QLabel()
+        self.error.setObjectName("inlineError")
+        self.error.setWordWrap(True)
+        self.error.setVisible(False)
+        self.error.setAccessibleName(accessible + " – error")
+        lay.addWidget(self.edit)
+        lay.addWidget(self.error)
+        self.edit.textChanged.connect(self._check)
+        self.problem: str | None = None
+        self.extra_check = None  # optional callable(value) -> problem or None
+
+    def set_value(self, value: float | int | None) -> None:
+        if value is None:
+            self.edit.setText("")
+        elif self.limit.integer:
+            self.edit.setText(str(int(value)))
+        else:
+            self.edit.setText(f"{float(value):g}")
+        self._check()
+
+    def value(self) -> float | int | None:
+        text = self.edit.text().strip().replace(",", ".")
+        if not text:
+            return None
+        return int(text) if self.limit.integer else float(text)
+
+    def _check(self) -> None:
+        text = self.edit.text().strip()
+        problem = None
+        if not text:
+            if not self.optional:
+                problem = self.limit.explanation
+        else:
+            state = self.edit.validator().validate(text, 0)[0]
+            try:
+                value = self.value()
+            except ValueError:
+                value = None
+            if value is None or state == QValidator.State.Invalid:
+                problem = self.limit.explanation
+            else:
+                problem = self.limit.check(value)
+                if problem is None and self.extra_check is not None:
+                    problem = self.extra_check(value)
+        self.problem = problem
+        self.error.setText(problem or "")
+        self.error.setVisible(problem is not None)
+        self.edit.setProperty("invalid", problem is not None)
+        self.edit.style().unpolish(self.edit)
+        self.edit.style().polish(self.edit)
+        self.edit.setAccessibleDescription(problem or "")
+        self.validityChanged.emit()
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, window: Any) -> None:
+        super().__init__(window)
+        self.window = window
+        self.setWindowTitle(self.tr("Settings"))
+        self.setAccessibleName(self.tr("Settings"))
+        self.resize(640, 600)
+        self.settings: AppSettings = copy.deepcopy(window.settings)
+        from app.main_window import model_key
+
+        self.model_key = model_key(window.model_path) if window.model_path else ""
+        self.model_defaults: dict[str, Any] = dict(window.model_info.get("default_settings") or {})
+        self.fields: dict[str, NumberField] = {}
+        lay = QVBoxLayout(self)
+        self.tabs = QTabWidget()
+        self.tabs.setAccessibleName(self.tr("Settings sections"))
+        self.tabs.addTab(self._sampling_tab(), self.tr("Sampling"))
+        self.tabs.addTab(self._hardware_tab(), self.tr("Hardware"))
+        self.tabs.addTab(self._downloads_tab(), self.tr("Downloads"))
+        self.tabs.addTab(self._interface_tab(), self.tr("Interface"))
+        lay.addWidget(self.tabs, 1)
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
+                                        | QDialogButtonBox.StandardButton.Apply)
+        self.buttons.accepted.connect(self.accept_and_apply)
+        self.buttons.rejected.connect(self.reject)
+        self.buttons.button(QDialogButtonBox.StandardButton.Apply).clicked.connect(self.apply)
+        lay.addWidget(self.buttons)
+        self.load_from(self.settings)
+        for f in self.fields.values():
+            f.validityChanged.connect(self._update_buttons)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ tabs
+    def _number(self, form: QFormLayout, name: str, label: str, optional: bool = True) -> NumberField:
+        default = self.model_defaults.get(name)
+        placeholder = (self.tr("model default: %1").replace("%1", f"{default:g}" if isinstance(default, float)
+                                                           else str(default))
+                       if default is not None and optional else (self.tr("model default") if optional else ""))
+        if name == "seed":
+            placeholder = self.tr("random")
+        f = NumberField(name, label, optional, placeholder)
+        lab = QLabel(label)
+        lab.setBuddy(f.edit)
+        form.addRow(lab, f)
+        self.fields[name] = f
+        return f
+
+    def _sampling_tab(self) -> QWidget:
+        w = QWidget()
+        outer = QVBoxLayout(w)
+        who = self.model_key or self.tr("(no model loaded: defaults for models without their own settings)")
+        self.sampling_caption = QLabel(self.tr("Sampling for: %1").replace("%1", who))
+        self.sampling_caption.setWordWrap(True)
+        outer.addWidget(self.sampling_caption)
+        form = QFormLayout()
+        outer.addLayout(form)
+        labels = {"temperature": self.tr("Temperature"), "top_p": self.tr("Top-p"), "top_k": self.tr("Top-k"),
+                  "min_p": self.tr("Min-p"), "repetition_penalty": self.tr("Repetition penalty"),
+                  "presence_penalty": self.tr("Presence penalty"), "max_new_tokens": self.tr("Max new tokens"),
+                  "seed": self.tr("Seed")}
+        for name in SAMPLING_FIELDS:
+            self._number(form, name, labels[name])
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setAccessibleName(self.tr("System prompt"))
+        self.system_prompt.setPlaceholderText(self.tr("Optional instructions sent before every conversation"))
+        self.system_prompt.setMaximumHeight(90)
+        lab = QLabel(self.tr("System prompt"))
+        lab.setBuddy(self.system_prompt)
+        form.addRow(lab, self.system_prompt)
+        self.thinking_combo = QComboBox()
+        self.thinking_combo.setAccessibleName(self.tr("Thinking"))
+        self.thinking_combo.addItem(self.tr("Model default"), None)
+        self.thinking_combo.addItem(self.tr("On"), True)
+        self.thinking_combo.addItem(self.tr("Off"), False)
+        supports = bool(self.window.model_info.get("supports_thinking", True))
+        self.thinking_combo.setEnabled(supports)
+        if not supports:
+            self.thinking_combo.setToolTip(self.tr("The loaded model does not think before answering."))
+        form.addRow(self.tr("Thinking"), self.thinking_combo)
+        self.effort_combo = QComboBox()
+        self.effort_combo.setAccessibleName(self.tr("Reasoning effort"))
+        for value, text in (("", self.tr("Model default")), ("low", self.tr("Low")), ("medium", self.tr("Medium")),
+                            ("high", self.tr("High"))):
+            self.effort_combo.addItem(text, value)
+        self.effort_combo.setToolTip(self.tr("Used by models whose chat template accepts a reasoning effort "
+                                             "(Ternary-Bonsai 2); other models ignore it."))
+        self.effort_combo.setEnabled(supports)
+        form.addRow(self.tr("Reasoning effort"), self.effort_combo)
+        self.reset_button = QPushButton(self.tr("Reset to model defaults"))
+        self.reset_button.setAccessibleName(self.tr("Reset sampling to the model's defaults"))
+        self.reset_button.clicked.connect(self.reset_sampling)
+        outer.addWidget(self.reset_button, 0, Qt.AlignmentFlag.AlignLeft)
+        outer.addStretch(1)
+        return w
+
+    def _hardware_tab(self) -> QWidget:
+        from app.worker import engine_load_options
+
+        w = QWidget()
+        form = QFormLayout(w)
+        accepted = engine_load_options()
+        self.device_combo = QComboBox()
+        self.device_combo.setAccessibleName(self.tr("Device"))
+        self.device_combo.addItem(self.tr("Auto (best available)"), "auto")
+        self.device_combo.addItem(self.tr("CPU"), "cpu")
+        try:
+            from runtime.devices import detect_gpus
+
+            for g in detect_gpus():
+                self.device_combo.addItem(f"GPU {g.index}: {g.name} ({format_bytes(g.total_bytes)})", f"cuda:{g.index}")
+        except Exception as exc:  # noqa: BLE001 - no torch CUDA: CPU only
+            log.debug("GPU detection failed: %s", exc)
+        form.addRow(self.tr("Device"), self.device_combo)
+
+        self.auto_context = QCheckBox(self.tr("Auto (largest that fits, from the planner)"))
+        self.auto_context.setAccessibleName(self.tr("Automatic context length"))
+        self.auto_context.toggled.connect(self._context_mode_changed)
+        form.addRow(self.tr("Context length"), self.auto_context)
+        ctx = self._number(form, "context_length", self.tr("Manual context length (tokens)"), optional=True)
+        ctx.edit.setPlaceholderText(self.tr("tokens, e.g. 8192"))
+        max_ctx = int(self.window.model_info.get("max_context") or 0)
+
+        def ctx_check(value: float) -> str | None:
+            if value and value < MIN_MANUAL_CONTEXT:
+                return self.tr("A manual context length must be at least %1 tokens.").replace("%1", str(MIN_MANUAL_CONTEXT))
+            if max_ctx and value > max_ctx:
+                return self.tr("This model supports at most %1 tokens.").replace("%1", str(max_ctx))
+            return None
+
+        ctx.extra_check = ctx_check
+        ctx.edit.textChanged.connect(self._update_cost)
+        self.cost_label = QLabel()
+        self.cost_label.setWordWrap(True)
+        self.cost_label.setAccessibleName(self.tr("Memory cost of the context length"))
+        form.addRow("", self.cost_label)
+
+        self.offload_combo = QComboBox()
+        self.offload_combo.setAccessibleName(self.tr("Offload policy"))
+        for value, text in (("auto", self.tr("Auto (cheapest per token)")),
+                            ("stream", self.tr("Stream offloaded layers to the GPU")),
+                            ("cpu", self.tr("Compute offloaded layers on the CPU"))):
+            self.offload_combo.addItem(text, value)
+        plan = self.window.model_info.get("plan") or {}
+        placement = QLabel(self.tr("Now: %1 layers on the GPU, %2 on the CPU.")
+                           .replace("%1", str(plan.get("layers_on_gpu", "–")))
+                           .replace("%2", str(plan.get("layers_on_cpu", "–"))))
+        placement.setAccessibleName(self.tr("Current layer placement"))
+        if "offload_mode" in accepted:
+            form.addRow(self.tr("Offload policy"), self.offload_combo)
+        else:
+            self.offload_combo.setVisible(False)
+            placement.setText(placement.text() + " " + self.tr("This engine version keeps all layers on one device; "
+                                                               "the planner decides the context."))
+        form.addRow(self.tr("Layer placement"), placement)
+
+        self.kv_combo = QComboBox()
+        self.kv_combo.setAccessibleName(self.tr("KV-cache precision"))
+        for value, text in (("auto", self.tr("Auto (fp32 on CPU, bf16 on GPU)")), ("fp16", "fp16"), ("bf16", "bf16")):
+            self.kv_combo.addItem(text, value)
+        self.kv_combo.setEnabled("kv_dtype" in accepted)
+        self.kv_combo.currentIndexChanged.connect(self._update_cost)
+        form.addRow(self.tr("KV-cache precision"), self.kv_combo)
+        self._number(form, "vram_cap_gib", self.tr("VRAM cap (GiB, 0 = none)"), optional=True)
+        self.fields["vram_cap_gib"].edit.setPlaceholderText("0")
+        note = QLabel(self.tr("Hardware changes reload the model when you press OK."))
+        note.setWordWrap(True)
+        form.addRow("", note)
+        return w
+
+    def _downloads_tab(self) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        self.source_combo = QComboBox()
+        self.source_combo.setAccessibleName(self.tr("Download source"))
+        for value, text in (("auto", self.tr("Auto (Hugging Face, then ModelScope)")), ("hf", "Hugging Face"),
+                            ("modelscope", "ModelScope")):
+            self.source_combo.addItem(text, value)
+        form.addRow(self.tr("Source"), self.source_combo)
+        self.hf_endpoint = QLineEdit()
+        self.hf_endpoint.setAccessibleName(self.tr("Hugging Face mirror endpoint"))
+        self.hf_endpoint.setPlaceholderText("https://huggingface.co  (e.g. https://hf-mirror.com)")
+        self.ms_endpoint = QLineEdit()
+        self.ms_endpoint.setAccessibleName(self.tr("ModelScope endpoint"))
+        self.ms_endpoint.setPlaceholderText("https://modelscope.cn")
+        self.endpoint_error = QLabel()
+        self.endpoint_error.setObjectName("inlineError")
+        self.endpoint_error.setVisible(False)
+        self.endpoint_error.setWordWrap(True)
+        for e in (self.hf_endpoint, self.ms_endpoint):
+            e.textChanged.connect(self._update_buttons)
+        form.addRow(self.tr("Hugging Face endpoint"), self.hf_endpoint)
+        form.addRow(self.tr("ModelScope endpoint"), self.ms_endpoint)
+        form.addRow("", self.endpoint_error)
+        from app.paths import default_models_dir
+
+        folder = QLabel(str(default_models_dir()))
+        folder.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        folder.setAccessibleName(self.tr("Storage folder"))
+        folder.setToolTip(self.tr("Set TERNARY_CHAT_HOME before starting the app to keep everything in another folder."))
+        form.addRow(self.tr("Storage folder"), folder)
+        self.token_widgets: dict[str, tuple[QLabel, QLineEdit]] = {}
+        for provider, title in (("huggingface", "Hugging Face"), ("modelscope", "ModelScope")):
+            row = QWidget()
+            rl = QHBoxLayout(row)
+            rl.setContentsMargins(0, 0, 0, 0)
+            status = QLabel()
+            status.setAccessibleName(self.tr("%1 token status").replace("%1", title))
+            edit = QLineEdit()
+            edit.setEchoMode(QLineEdit.EchoMode.Password)
+            edit.setPlaceholderText(self.tr("paste a new token"))
+            edit.setAccessibleName(self.tr("New %1 token").replace("%1", title))
+            save = QPushButton(self.tr("Save"))
+            save.setAccessibleName(self.tr("Save the %1 token in the keyring").replace("%1", title))
+            save.clicked.connect(lambda _=False, p=provider: self.save_token(p))
+            remove = QPushButton(self.tr("Remove"))
+            remove.setAccessibleName(self.tr("Remove the %1 token").replace("%1", title))
+            remove.clicked.connect(lambda _=False, p=provider: self.remove_token(p))
+            rl.addWidget(status)
+            rl.addWidget(edit, 1)
+            rl.addWidget(save)
+            rl.addWidget(remove)
+            form.addRow(self.tr("%1 token").replace("%1", title), row)
+            self.token_widgets[provider] = (status, edit)
+        self.token_message = QLabel()
+        self.token_message.setWordWrap(True)
+        self.token_message.setAccessibleName(self.tr("Token message"))
+        form.addRow("", self.token_message)
+        self._refresh_tokens()
+        return w
+
+    def _interface_tab(self) -> QWidget:
+        w = QWidget()
+        form = QFormLayout(w)
+        self.language_combo = QComboBox()
+        self.language_combo.setAccessibleName(self.tr("Interface language"))
+        self.language_combo.addItem("English", "en")
+        self.language_combo.addItem("简体中文", "zh_CN")
+        form.addRow(self.tr("Language"), self.language_combo)
+        self.theme_combo = QComboBox()
+        self.theme_combo.setAccessibleName(self.tr("Theme"))
+        self.theme_combo.addItem(self.tr("Light"), "light")
+        self.theme_combo.addItem(self.tr("Dark"), "dark")
+        form.addRow(self.tr("Theme"), self.theme_combo)
+        note = QLabel(self.tr("The theme changes at once; the language the next time the app starts."))
+        note.setWordWrap(True)
+        form.addRow("", note)
+        return w
+
+    # ------------------------------------------------------------------ values
+    def load_from(self, s: AppSettings) -> None:
+        sampling = s.sampling_for(self.model_key)
+        for name in SAMPLING_FIELDS:
+            self.fields[name].set_value(getattr(sampling, name))
+        self.system_prompt.setPlainText(sampling.system_prompt)
+        self._select(self.thinking_combo, sampling.enable_thinking)
+        self._select(self.effort_combo, sampling.reasoning_effort)
+        hw = s.hardware
+        if self.device_combo.findData(hw.device) < 0:
+            self.device_combo.addItem(hw.device, hw.device)
+        self._select(self.device_combo, hw.device)
+        self.auto_context.setChecked(hw.context_length == 0)
+        self.fields["context_length"].set_value(hw.context_length or None)
+        self._context_mode_changed(hw.context_length == 0)
+        self._select(self.offload_combo, hw.offload_policy)
+        self._select(self.kv_combo, hw.kv_cache_precision)
+        self.fields["vram_cap_gib"].set_value(hw.vram_cap_gib or None)
+        self._select(self.source_combo, s.downloads.source)
+        self.hf_endpoint.setText(s.downloads.hf_endpoint)
+        self.ms_endpoint.setText(s.downloads.modelscope_endpoint)
+        self._select(self.language_combo, s.interface.language)
+        self._select(self.theme_combo, s.interface.theme)
+        self._update_cost()
+
+    @staticmethod
+    def _select(combo: QComboBox, value: Any) -> None:
+        for i in range(combo.count()):
+            if combo.itemData(i) == value:
+                combo.setCurrentIndex(i)
+                return
+
+    def collect(self) -> AppSettings:
+        """Settings from the widgets (only valid when :meth:`problems` is empty)."""
+        s = copy.deepcopy(self.settings)
+        values = {name: self.fields[name].value() for name in SAMPLING_FIELDS}
+        sampling = SamplingSettings(**values, system_prompt=self.system_prompt.toPlainText(),
+                                    enable_thinking=self.thinking_combo.currentData(),
+                                    reasoning_effort=self.effort_combo.currentData() or "")
+        s.set_sampling(self.model_key, sampling)
+        ctx = 0 if self.auto_context.isChecked() else int(self.fields["context_length"].value() or 0)
+        s.hardware = HardwareSettings(device=self.device_combo.currentData(), context_length=ctx,
+                                      offload_policy=self.offload_combo.currentData(),
+                                      kv_cache_precision=self.kv_combo.currentData(),
+                                      vram_cap_gib=float(self.fields["vram_cap_gib"].value() or 0.0))
+        s.downloads.source = self.source_combo.currentData()
+        s.downloads.hf_endpoint = self.hf_endpoint.text().strip()
+        s.downloads.modelscope_endpoint = self.ms_endpoint.text().strip()
+        s.interface.language = self.language_combo.currentData()
+        s.interface.theme = self.theme_combo.currentData()
+        return s
+
+    def problems(self) -> list[str]:
+        out = [f.problem for name, f in self.fields.items() if f.problem and f.isEnabled()]
+        if not self.auto_context.isChecked() and not self.fields["context_length"].value():
+            out.append(self.tr("Enter a context length or choose Auto."))
+        endpoint_problems = []
+        for e in (self.hf_endpoint, self.ms_endpoint):
+            t = e.text().strip()
+            bad = bool(t) and not (t.startswith("https://") or t.startswith("http://"))
+            e.setProperty("invalid", bad)
+            e.style().unpolish(e)
+            e.style().polish(e)
+            if bad:
+                endpoint_problems.append(self.tr("A mirror endpoint must be a web address starting with https:// "
+                                                 "or http://."))
+        self.endpoint_error.setText(endpoint_problems[0] if endpoint_problems else "")
+        self.endpoint_error.setVisible(bool(endpoint_problems))
+        return out + endpoint_problems
+
+    def _update_buttons(self) -> None:
+        ok = not self.problems()
+        for b in (QDialogButtonBox.StandardButton.Ok, QDialogButtonBox.StandardButton.Apply):
+            self.buttons.button(b).setEnabled(ok)
+
+    def _context_mode_changed(self, auto: bool) -> None:
+        self.fields["context_length"].setEnabled(not auto)
+        self._update_cost()
+        if hasattr(self, "buttons"):
+            self._update_buttons()
+
+    def _update_cost(self) -> None:
+        """Memory a manual context would need, from the loaded model's plan and memory stats."""
+        info = self.window.model_info
+        plan = info.get("plan") or {}
+        mem = self.window.gauges.last_memory or {}
+        if not info:
+            self.cost_label.setText(self.tr("Load a model to see what a context length costs."))
+            return
+        cur_ctx = int(info.get("context_length") or 0)
+        kv_now = int(mem.get("kv_cache_bytes") or (plan.get("predicted_breakdown") or {}).get("kv_cache") or 0)
+        per_token = kv_now / cur_ctx if cur_ctx and kv_now else 0
+        if self.kv_combo.currentData() in ("fp16", "bf16") and str(info.get("dtype")) == "float32":
+            per_token /= 2  # the engine keeps fp32 K/V on the CPU by default; half precision halves it
+        if self.auto_context.isChecked():
+            self.cost_label.setText(self.tr("Auto: the planner picked %1 tokens (KV cache %2).")
+                                    .replace("%1", str(cur_ctx)).replace("%2", format_bytes(kv_now)))
+            return
+        ctx = self.fields["context_length"].value() or 0
+        if not per_token or not ctx:
+            self.cost_label.setText("")
+            return
+        weights = int(info.get("weight_bytes") or 0)
+        kv = int(per_token * ctx)
+        device = str(info.get("device", "cpu"))
+        if device.startswith("cuda"):
+            avail = mem.get("device_total_bytes") or plan.get("budget_bytes") or 0
+            where = self.tr("VRAM")
+        else:
+            avail = mem.get("ram_available_bytes", 0) + kv_now
+            where = self.tr("RAM")
+        text = self.tr("%1 tokens need a %2 KV cache; with the %3 of weights about %4 of %5 (%6 available).") \
+            .replace("%1", str(int(ctx))).replace("%2", format_bytes(kv)).replace("%3", format_bytes(weights)) \
+            .replace("%4", format_bytes(weights + kv)).replace("%5", where).replace("%6", format_bytes(avail))
+        if avail and weights + kv > avail:
+            text += " " + self.tr("This will not fit.")
+        self.cost_label.setText(text)
+
+    def reset_sampling(self) -> None:
+        for name in SAMPLING_FIELDS:
+            self.fields[name].set_value(None)
+        self.system_prompt.setPlainText("")
+        self._select(self.thinking_combo, None)
+        self._select(self.effort_combo, "")
+
+    # ------------------------------------------------------------------ tokens
+    def _refresh_tokens(self) -> None:
+        try:
+            from runtime.hub.tokens import TokenStore
+
+            store = TokenStore()
+            for provider, (status, _edit) in self.token_widgets.items():
+                status.setText(self.tr("stored: ••••••••") if store.get(provider) else self.tr("none"))
+        except Exception as exc:  # noqa: BLE001
+            for status, _edit in self.token_widgets.values():
+                status.setText(self.tr("keyring unavailable"))
+            log.warning("token store unavailable: %s", type(exc).__name__)
+
+    def save_token(self, provider: str) -> None:
+        from runtime.hub.tokens import TokenStore
+
+        status, edit = self.token_widgets[provider]
+        value = edit.text().strip()
+        if not value:
+            self.token_message.setText(self.tr("Paste a token first."))
+            return
+        try:
+            message = TokenStore().set(provider, value)
+        except Exception as exc:  # noqa: BLE001
+            message = self.tr("Could not store the token: %1").replace("%1", type(exc).__name__)
+        edit.clear()
+        self.token_message.setText(message)
+        self._refresh_tokens()
+
+    def remove_token(self, provider: str) -> None:
+        from runtime.hub.tokens import TokenStore
+
+        try:
+            message = TokenStore().clear(provider)
+        except Exception as exc:  # noqa: BLE001
+            message = self.tr("Could not remove the token: %1").replace("%1", type(exc).__name__)
+        self.token_message.setText(message)
+        self._refresh_tokens()
+
+    # ------------------------------------------------------------------ apply
+    def apply(self) -> bool:
+        if self.problems():
+            return False
+        new = self.collect()
+        errors = new.validate()
+        if errors:
+            self.window.show_error(errors[0][1])
+            return False
+        old = self.window.settings
+        self.window.settings = new
+        self.settings = copy.deepcopy(new)
+        self.window.save_settings()
+        self._save_hub_settings(new)
+        self.window.apply_settings(old)
+        return True
+
+    def _save_hub_settings(self, s: AppSettings) -> None:
+        """The hub reads source and endpoints from its own file: keep it in step."""
+        try:
+            from runtime.hub.settings import DEFAULT_HF_ENDPOINT, DEFAULT_MODELSCOPE_ENDPOINT, HubSettings
+
+            hub = HubSettings(source=s.downloads.source, hf_endpoint=s.downloads.hf_endpoint or DEFAULT_HF_ENDPOINT,
+                              modelscope_endpoint=s.downloads.modelscope_endpoint or DEFAULT_MODELSCOPE_ENDPOINT)
+            hub.save()
+        except Exception as exc:  # noqa: BLE001
+            self.window.show_error(self.tr("Could not save the download settings: %1").replace("%1", str(exc)))
+
+    def accept_and_apply(self) -> None:
+        if self.apply():
+            self.accept()

@@ -1,0 +1,284 @@
+"""All user settings as dataclasses: validation with explanations, atomic JSON persistence.
+
+Why plain Python: the settings dialog, the worker and the tests share one definition of what a
+valid value is. Ranges live in :data:`LIMITS` so the dialog builds its validators and its inline
+explanations from the same numbers that :meth:`AppSettings.validate` checks.
+
+Sampling settings are kept per model: a field left ``None`` means "the model file's default"
+(what ``Engine.default_settings()`` reports), so "reset to model defaults" just clears the
+overrides of that model. Hub tokens are NOT stored here: they go to the OS keyring through the hub
+module.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from app.atomic import write_text_atomic
+
+log = logging.getLogger(__name__)
+
+SETTINGS_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Limit:
+    """Allowed numeric range of a setting and what the user should read when outside it."""
+
+    low: float
+    high: float
+    explanation: str
+    integer: bool = False
+
+    def check(self, value: float) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            return self.explanation
+        if self.integer and int(value) != value:
+            return self.explanation
+        if not self.low <= value <= self.high:
+            return self.explanation
+        return None
+
+
+LIMITS: dict[str, Limit] = {
+    "temperature": Limit(0.0, 2.0, "Temperature must be between 0 (greedy, always the likeliest token) and 2."),
+    "top_p": Limit(0.01, 1.0, "Top-p must be above 0 and at most 1 (1 turns it off)."),
+    "top_k": Limit(0, 1000, "Top-k must be a whole number from 0 (off) to 1000.", integer=True),
+    "min_p": Limit(0.0, 1.0, "Min-p must be between 0 (off) and 1."),
+    "repetition_penalty": Limit(0.5, 2.0, "Repetition penalty must be between 0.5 and 2 (1 turns it off)."),
+    "presence_penalty": Limit(-2.0, 2.0, "Presence penalty must be between -2 and 2 (0 turns it off)."),
+    "max_new_tokens": Limit(1, 262144, "Max new tokens must be a whole number from 1 to 262144.", integer=True),
+    "seed": Limit(0, 2**63 - 1, "The seed must be a whole number of 0 or more (empty = random).", integer=True),
+    "context_length": Limit(0, 1_048_576, "Context length must be 0 (Auto) or a whole number of tokens up to 1048576.",
+                            integer=True),
+    "vram_cap_gib": Limit(0.0, 4096.0, "The VRAM cap must be 0 (no cap) or a size in GiB up to 4096."),
+}
+MIN_MANUAL_CONTEXT = 256
+REASONING_EFFORTS = ("", "low", "medium", "high")
+DEVICES_FIXED = ("auto", "cpu", "cuda")
+OFFLOAD_POLICIES = ("auto", "stream", "cpu")  # the planner's offload modes: auto = cheaper per token
+KV_PRECISIONS = ("auto", "fp16", "bf16")  # auto = the engine's activation dtype (fp32 on CPU, bf16 on GPU)
+SOURCES = ("auto", "hf", "modelscope")  # same names as runtime.hub.settings
+LANGUAGES = ("en", "zh_CN")
+THEMES = ("light", "dark")
+
+
+@dataclass
+class SamplingSettings:
+    """Sampling controls of one model; ``None`` = use the model file's default."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    max_new_tokens: int | None = None
+    seed: int | None = None
+    system_prompt: str = ""
+    enable_thinking: bool | None = None
+    reasoning_effort: str = ""
+
+    def validate(self) -> list[tuple[str, str]]:
+        errors = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in LIMITS and value is not None:
+                problem = LIMITS[f.name].check(value)
+                if problem:
+                    errors.append((f.name, problem))
+        if self.reasoning_effort not in REASONING_EFFORTS:
+            errors.append(("reasoning_effort", "Reasoning effort must be empty, low, medium or high."))
+        return errors
+
+    def is_default(self) -> bool:
+        return self == SamplingSettings()
+
+
+@dataclass
+class HardwareSettings:
+    """How a model is loaded. Changing these reloads the model."""
+
+    device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    context_length: int = 0  # 0 = Auto (the planner's choice)
+    offload_policy: str = "auto"
+    kv_cache_precision: str = "auto"
+    vram_cap_gib: float = 0.0  # 0 = no cap
+
+    def validate(self) -> list[tuple[str, str]]:
+        errors = []
+        d = self.device if isinstance(self.device, str) else ""
+        if not (d in DEVICES_FIXED or (d.startswith("cuda:") and d[5:].isdigit())):
+            errors.append(("device", "Device must be auto, cpu, cuda or cuda:N (N = GPU number)."))
+        for name in ("context_length", "vram_cap_gib"):
+            problem = LIMITS[name].check(getattr(self, name))
+            if problem:
+                errors.append((name, problem))
+        if 0 < self.context_length < MIN_MANUAL_CONTEXT:
+            errors.append(("context_length", f"A manual context length must be at least {MIN_MANUAL_CONTEXT} tokens."))
+        if self.offload_policy not in OFFLOAD_POLICIES:
+            errors.append(("offload_policy", "Offload policy must be auto, stream or cpu."))
+        if self.kv_cache_precision not in KV_PRECISIONS:
+            errors.append(("kv_cache_precision", "KV-cache precision must be auto, fp16 or bf16."))
+        return errors
+
+    @property
+    def vram_cap_bytes(self) -> int | None:
+        return int(self.vram_cap_gib * 1024**3) if self.vram_cap_gib > 0 else None
+
+
+@dataclass
+class DownloadSettings:
+    source: str = "auto"
+    hf_endpoint: str = ""  # e.g. https://hf-mirror.com ; empty = https://huggingface.co
+    modelscope_endpoint: str = ""  # empty = https://modelscope.cn
+    models_dir: str = ""  # empty = the default folder under the data dir
+
+    def validate(self) -> list[tuple[str, str]]:
+        errors = []
+        if self.source not in SOURCES:
+            errors.append(("source", "Source must be auto, hf (Hugging Face) or modelscope."))
+        for name in ("hf_endpoint", "modelscope_endpoint"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                errors.append((name, "A mirror endpoint must be text."))
+                continue
+            value = value.strip()
+            if value and not (value.startswith("https://") or value.startswith("http://")):
+                errors.append((name, "A mirror endpoint must be a web address starting with https:// or http://."))
+        return errors
+
+
+@dataclass
+class InterfaceSettings:
+    language: str = "en"
+    theme: str = "light"
+    show_thinking: bool = True
+
+    def validate(self) -> list[tuple[str, str]]:
+        errors = []
+        if self.language not in LANGUAGES:
+            errors.append(("language", "Language must be en or zh_CN."))
+        if self.theme not in THEMES:
+            errors.append(("theme", "Theme must be light or dark."))
+        return errors
+
+
+@dataclass
+class AppSettings:
+    """Everything persisted in ``settings.json``."""
+
+    hardware: HardwareSettings = field(default_factory=HardwareSettings)
+    downloads: DownloadSettings = field(default_factory=DownloadSettings)
+    interface: InterfaceSettings = field(default_factory=InterfaceSettings)
+    sampling: dict[str, SamplingSettings] = field(default_factory=dict)  # model key -> overrides
+    last_model: str = ""
+    local_models: list[str] = field(default_factory=list)  # imported files/folders, loadable in place
+    first_run_done: bool = False
+
+    # -- per-model sampling --------------------------------------------------------------------
+    def sampling_for(self, model_key: str) -> SamplingSettings:
+        """The user's overrides for a model (a fresh all-default object if there are none)."""
+        return self.sampling.get(model_key) or SamplingSettings()
+
+    def set_sampling(self, model_key: str, sampling: SamplingSettings) -> None:
+        if sampling.is_default():
+            self.sampling.pop(model_key, None)
+        else:
+            self.sampling[model_key] = sampling
+
+    def reset_sampling(self, model_key: str) -> None:
+        """Back to the model file's defaults."""
+        self.sampling.pop(model_key, None)
+
+    # -- validation ----------------------------------------------------------------------------
+    def validate(self) -> list[tuple[str, str]]:
+        """(field path, explanation) for every invalid value; empty when all is well."""
+        errors = []
+        for section in ("hardware", "downloads", "interface"):
+            errors += [(f"{section}.{name}", why) for name, why in getattr(self, section).validate()]
+        for key, s in self.sampling.items():
+            errors += [(f"sampling[{key}].{name}", why) for name, why in s.validate()]
+        return errors
+
+    # -- persistence ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = SETTINGS_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AppSettings:
+        """Build from JSON data; unknown keys are ignored and invalid sections fall back to defaults."""
+        s = cls()
+        for section, klass in (("hardware", HardwareSettings), ("downloads", DownloadSettings),
+                               ("interface", InterfaceSettings)):
+            value = _build(klass, data.get(section))
+            if value is not None and not value.validate():
+                setattr(s, section, value)
+            elif section in data:
+                log.warning("settings: invalid %s section ignored, using defaults", section)
+        for key, raw in (data.get("sampling") or {}).items():
+            value = _build(SamplingSettings, raw)
+            if value is not None and not value.validate():
+                s.sampling[str(key)] = value
+            else:
+                log.warning("settings: invalid sampling settings for one model ignored")
+        s.last_model = str(data.get("last_model") or "")
+        s.local_models = [str(p) for p in data.get("local_models") or [] if isinstance(p, str)]
+        s.first_run_done = bool(data.get("first_run_done", False))
+        return s
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> AppSettings:
+        path = Path(path) if path else default_settings_path()
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls()
+        except (OSError, ValueError) as exc:
+            log.warning("settings file %s unreadable (%s); using defaults", path, type(exc).__name__)
+            return cls()
+        return cls.from_dict(data if isinstance(data, dict) else {})
+
+    def save(self, path: str | Path | None = None) -> Path:
+        errors = self.validate()
+        if errors:
+            raise ValueError(errors[0][1])
+        path = Path(path) if path else default_settings_path()
+        return write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=2) + "\n")
+
+
+def _build(klass: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        return None
+    names = {f.name for f in fields(klass)}
+    try:
+        return klass(**{k: v for k, v in raw.items() if k in names})
+    except TypeError:
+        return None
+
+
+def default_settings_path() -> Path:
+    from app.paths import config_dir
+
+    return config_dir() / "settings.json"
+
+
+def generation_settings(sampling: SamplingSettings) -> Any:
+    """The engine's ``GenerationSettings`` for these overrides (``None`` fields = model default)."""
+    from runtime.generation import GenerationSettings
+
+    kwargs: dict[str, Any] = {name: getattr(sampling, name) for name in (
+        "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty", "seed",
+        "enable_thinking")}
+    if sampling.max_new_tokens is not None:
+        kwargs["max_new_tokens"] = sampling.max_new_tokens
+    if sampling.reasoning_effort:
+        kwargs["reasoning_effort"] = sampling.reasoning_effort
+    return GenerationSettings(**kwargs)

@@ -1,0 +1,276 @@
+"""The background worker: one QObject on its own QThread that owns the engine.
+
+Why: the engine is not thread-safe and loading, prefill and decoding take seconds; the GUI thread
+must never run them. The GUI talks to the worker only through queued signals (requests in,
+events out). Tokens are batched: the worker collects decoded pieces and emits at most every
+``flush_interval_s`` (40 ms), so a 200 tok/s stream costs the GUI ~25 repaints per second, not
+200. Stop is a :class:`runtime.generation.CancelToken` the GUI cancels directly (thread-safe);
+the engine checks it every token. Every exception becomes a readable message signal; the worker
+and its thread stay alive, so the next request works.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from runtime.errors import OutOfMemoryError, TernaryError
+from runtime.generation import CancelToken, DoneEvent, NoticeEvent, TextEvent
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 0.04
+MEMORY_INTERVAL_S = 0.5
+
+
+def readable_error(exc: BaseException) -> str:
+    """One line a user can act on. Runtime errors already are; others get their type named."""
+    if isinstance(exc, TernaryError):
+        return str(exc)
+    name = type(exc).__name__
+    if isinstance(exc, MemoryError) or "OutOfMemory" in name:
+        return f"Out of memory: {exc}".strip().rstrip(":")
+    if isinstance(exc, FileNotFoundError):
+        return f"File not found: {exc.filename or exc}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{name}: {text}" if text else f"Unexpected error ({name})."
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """Engine result objects (dataclasses, objects with to_dict, dicts) as a plain dict."""
+    if obj is None:
+        return {}
+    if isinstance(obj, dict):
+        return dict(obj)
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj):
+        return dataclasses.asdict(obj)
+    return {k: v for k, v in vars(obj).items() if not k.startswith("_")}
+
+
+def load_engine(path: str, options: dict[str, Any], progress: Callable[[str, float], None] | None,
+                cancel: CancelToken | None) -> Any:
+    """``Engine.load`` with the options it accepts (the app passes only what the runtime knows)."""
+    from runtime.engine import Engine
+
+    accepted = inspect.signature(Engine.load).parameters
+    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
+    if isinstance(kwargs.get("kv_dtype"), str):  # settings store names; the engine takes torch dtypes
+        import torch
+
+        kwargs["kv_dtype"] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[kwargs["kv_dtype"]]
+    ignored = sorted(k for k, v in options.items() if v is not None and k not in accepted)
+    if ignored:
+        log.info("engine does not accept %s; not passed", ", ".join(ignored))
+    if "progress" in accepted:
+        kwargs["progress"] = progress
+    if "cancel" in accepted:
+        kwargs["cancel"] = cancel
+    return Engine.load(path, **kwargs)
+
+
+def engine_load_options() -> set[str]:
+    """Names of the optional ``Engine.load`` arguments (the settings dialog disables the rest)."""
+    try:
+        from runtime.engine import Engine
+    except ImportError:
+        return set()
+    return set(inspect.signature(Engine.load).parameters) - {"path", "cls", "self", "progress", "cancel"}
+
+
+class EngineWorker(QObject):
+    """Lives on the worker thread. Slots are invoked through queued connections only."""
+
+    loadProgress = Signal(str, float)
+    loaded = Signal(dict)  # engine info + default settings
+    loadFailed = Signal(str)
+    unloaded = Signal()
+    tokens = Signal(int, list)  # request id, [(channel, text), ...]
+    notice = Signal(int, str)
+    finished = Signal(int, dict)  # request id, {"text", "thinking", "stats"}
+    failed = Signal(int, str)
+    memory = Signal(dict)  # engine.memory_stats() as a dict (+ "time")
+    tokenCount = Signal(int, int)  # request id, prompt tokens
+    summaryProgress = Signal(int, object)  # request id, SummaryProgress
+    summaryDone = Signal(int, object)  # request id, SummaryResult
+    summaryFailed = Signal(int, str)
+
+    def __init__(self, loader: Callable[..., Any] = load_engine) -> None:
+        super().__init__()
+        self._loader = loader
+        self.engine: Any = None
+        self._last_memory = 0.0
+
+    # -- model ---------------------------------------------------------------------------------
+    @Slot(str, dict, object)
+    def load(self, path: str, options: dict, cancel: object) -> None:
+        self._close()
+        try:
+            engine = self._loader(path, options, self.loadProgress.emit, cancel)
+        except BaseException as exc:  # noqa: BLE001 - every failure must reach the user
+            log.warning("model load failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
+            self.loadFailed.emit(readable_error(exc))
+            return
+        self.engine = engine
+        info = as_dict(getattr(engine, "info", None))
+        try:
+            info["default_settings"] = as_dict(engine.default_settings())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("default_settings failed: %s", readable_error(exc))
+            info["default_settings"] = {}
+        info["path"] = path
+        self.loaded.emit(info)
+        self._emit_memory(force=True)
+
+    @Slot()
+    def unload(self) -> None:
+        self._close()
+        self.unloaded.emit()
+
+    def _close(self) -> None:
+        if self.engine is not None:
+            try:
+                self.engine.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("engine close failed: %s", readable_error(exc))
+            self.engine = None
+
+    # -- generation ----------------------------------------------------------------------------
+    @Slot(int, object, object, object)
+    def generate(self, request_id: int, messages: object, settings: object, cancel: object) -> None:
+        if self.engine is None:
+            self.failed.emit(request_id, "No model is loaded. Choose a model first.")
+            return
+        pending: list[tuple[str, str]] = []
+        last_flush = time.monotonic()
+        done: DoneEvent | None = None
+        try:
+            try:
+                self.tokenCount.emit(request_id, int(self.engine.count_tokens(messages, settings)))
+            except TernaryError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - counting is only for the gauge
+                log.debug("count_tokens failed: %s", exc)
+            for event in self.engine.generate(messages, settings, cancel=cancel):
+                if isinstance(event, TextEvent):
+                    if event.text:
+                        pending.append((event.channel, event.text))
+                elif isinstance(event, NoticeEvent):
+                    self.notice.emit(request_id, event.message)
+                elif isinstance(event, DoneEvent):
+                    done = event
+                now = time.monotonic()
+                if pending and now - last_flush >= FLUSH_INTERVAL_S:
+                    self.tokens.emit(request_id, pending)
+                    pending = []
+                    last_flush = now
+                self._emit_memory()
+        except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
+            if pending:
+                self.tokens.emit(request_id, pending)
+            log.warning("generation failed: %s", readable_error(exc),
+                        exc_info=not isinstance(exc, TernaryError | OutOfMemoryError))
+            self.failed.emit(request_id, readable_error(exc))
+            self._emit_memory(force=True)
+            return
+        if pending:
+            self.tokens.emit(request_id, pending)
+        if done is None:
+            self.failed.emit(request_id, "The engine stopped without finishing the reply.")
+            return
+        self.finished.emit(request_id, {"text": done.text, "thinking": done.thinking,
+                                        "stats": as_dict(done.stats)})
+        self._emit_memory(force=True)
+
+    # -- summarization -------------------------------------------------------------------------
+    @Slot(int, str, str, object, object)
+    def summarize(self, request_id: int, text: str, name: str, settings: object, cancel: object) -> None:
+        from app.summarize import Summarizer
+
+        if self.engine is None:
+            self.summaryFailed.emit(request_id, "No model is loaded. Choose a model first.")
+            return
+        try:
+            summarizer = Summarizer(self.engine, settings)
+
+            def progress(p: Any) -> None:
+                self.summaryProgress.emit(request_id, p)
+                self._emit_memory()
+
+            result = summarizer.summarize(text, name=name, progress=progress, cancel=cancel)
+        except BaseException as exc:  # noqa: BLE001
+            log.warning("summarization failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
+            self.summaryFailed.emit(request_id, readable_error(exc))
+            return
+        self.summaryDone.emit(request_id, result)
+        self._emit_memory(force=True)
+
+    # -- gauges --------------------------------------------------------------------------------
+    @Slot()
+    def poll_memory(self) -> None:
+        self._emit_memory(force=True)
+
+    def _emit_memory(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_memory < MEMORY_INTERVAL_S:
+            return
+        self._last_memory = now
+        if self.engine is None:
+            return
+        try:
+            stats = as_dict(self.engine.memory_stats())
+        except Exception as exc:  # noqa: BLE001 - gauges must never break chatting
+            log.debug("memory_stats failed: %s", exc)
+            return
+        stats["time"] = time.time()
+        self.memory.emit(stats)
+
+    @Slot()
+    def shutdown(self) -> None:
+        self._close()
+
+
+class WorkerHost(QObject):
+    """Owned by the GUI thread: starts the thread and forwards requests as queued signals."""
+
+    requestLoad = Signal(str, dict, object)
+    requestUnload = Signal()
+    requestGenerate = Signal(int, object, object, object)
+    requestSummarize = Signal(int, str, str, object, object)
+    requestMemory = Signal()
+    requestShutdown = Signal()
+
+    def __init__(self, loader: Callable[..., Any] = load_engine, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.thread = QThread()
+        self.thread.setObjectName("engine-worker")
+        self.worker = EngineWorker(loader)
+        self.worker.moveToThread(self.thread)
+        self.requestLoad.connect(self.worker.load)
+        self.requestUnload.connect(self.worker.unload)
+        self.requestGenerate.connect(self.worker.generate)
+        self.requestSummarize.connect(self.worker.summarize)
+        self.requestMemory.connect(self.worker.poll_memory)
+        self.requestShutdown.connect(self.worker.shutdown)
+        self.thread.start()
+        self._next_id = 0
+
+    def next_request_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def stop(self, timeout_ms: int = 10000) -> None:
+        """Close the engine on its own thread, then end the thread."""
+        if not self.thread.isRunning():
+            return
+        self.requestShutdown.emit()
+        self.thread.quit()
+        if not self.thread.wait(timeout_ms):
+            log.warning("worker thread did not stop within %d ms", timeout_ms)

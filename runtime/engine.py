@@ -1,0 +1,507 @@
+"""The engine: load a model, turn messages into streamed text with honest statistics.
+
+One object (see ``docs/engine.md``) owned by one thread. It keeps the KV cache between calls and
+re-uses the longest common token prefix with the previous call, so turn N of a chat only prefills
+the new messages. Everything the decode loop needs (chat template, tokenizer, sampler, thinking
+split, stop strings) lives in its own module; this file is the loop and the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runtime.chat_template import render_chat
+from runtime.errors import (
+    CancelledError,
+    ContextOverflowError,
+    OutOfMemoryError,
+    TernaryError,
+    UnsupportedModelError,
+)
+from runtime.formats.model_data import ModelData
+from runtime.generation import (
+    CancelToken,
+    DoneEvent,
+    GenerationEvent,
+    GenerationSettings,
+    GenerationStats,
+    MemoryStats,
+    Message,
+    ModelInfo,
+    NoticeEvent,
+    TextEvent,
+)
+from runtime.model.qwen3 import Qwen3Model
+from runtime.sampling import Sampler, StopStringMatcher
+from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
+
+# PrismML's recommended sampling for the Ternary Bonsai 1.7B/4B/8B (model cards, demo scripts);
+# used for anything the model file does not specify.
+PRISM_SMALL_DEFAULTS = {"temperature": 0.5, "top_p": 0.85, "top_k": 20, "min_p": 0.0,
+                        "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+# Plain ChatML, for the rare file without a template (every Bonsai model is ChatML).
+FALLBACK_CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{% endif %}{% endif %}"
+)
+
+PREFILL_CHUNK = 512  # tokens per prefill forward: bounds activation memory for long prompts
+CPU_DEFAULT_MAX_CONTEXT = 8192  # CPU prefill runs at tens of tok/s: more context is rarely usable
+CPU_KV_RAM_FRACTION = 0.25  # at most this share of available RAM goes to the CPU KV cache
+CTX_ALIGN = 256
+_SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                    "frequency_penalty")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` -> the first CUDA GPU if there is one, else the CPU."""
+    if device == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedModelError("CUDA was requested but no CUDA GPU is available (use --device cpu)")
+    if dev.type not in ("cpu", "cuda"):
+        raise UnsupportedModelError(f"device {device!r} is not supported (use auto, cpu or cuda)")
+    return dev
+
+
+def process_peak_rss_bytes() -> int:
+    """Peak resident set of this process (Linux/macOS via getrusage, Windows via psutil)."""
+    try:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return int(peak if sys.platform == "darwin" else peak * 1024)
+    except ImportError:
+        import psutil
+
+        info = psutil.Process().memory_info()
+        return int(getattr(info, "peak_wset", info.rss))
+
+
+def _parameter_count(data: ModelData) -> int:
+    total = 0
+    for t in data.tensors.values():
+        n = 1
+        for d in t.shape:
+            n *= d
+        total += n
+    return total
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class Engine:
+    """A loaded model ready to generate. Build with :meth:`load`. Not thread-safe (see docs)."""
+
+    def __init__(self, model: Qwen3Model, tokenizer: Tokenizer, data: ModelData, device: torch.device,
+                 plan: dict[str, Any] | None = None) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.config = data.config
+        self.generation_defaults = dict(data.generation_defaults or {})
+        self.chat_template = (data.tokenizer.chat_template if data.tokenizer else None) or FALLBACK_CHATML_TEMPLATE
+        backend = getattr(model.layers[0].down_proj, "backend", "") if len(model.layers) else ""
+        self.info = ModelInfo(
+            name=data.name or data.provenance.source_name or "model",
+            arch=data.config.arch,
+            device=str(device),
+            context_length=model.max_positions,
+            max_context=data.config.max_position_embeddings,
+            parameter_count=_parameter_count(data),
+            weight_bytes=model.weight_bytes(),
+            plan=plan or {},
+            supports_thinking=("<think>" in self.chat_template or "enable_thinking" in self.chat_template),
+            backend=backend,
+            dtype=str(model.dtype).replace("torch.", ""),
+            source_format=data.provenance.source_format,
+        )
+        self._cached_tokens: list[int] = []  # tokens whose K/V sit at cache positions 0..n-1
+
+    # ------------------------------------------------------------------ loading
+
+    @classmethod
+    def load(cls, path: str | os.PathLike | ModelData, device: str = "auto", context_length: int | None = None,
+             max_vram_bytes: int | None = None, progress: Callable[[str, float], None] | None = None,
+             cancel: CancelToken | None = None, *, dtype: torch.dtype | None = None, backend: str = "auto",
+             kv_dtype: torch.dtype | None = None) -> Engine:
+        """Read a model file (or take a :class:`ModelData`) and prepare it on ``device``.
+
+        ``context_length=None`` asks the planner for the largest context that fits (on the CPU at
+        most ``CPU_DEFAULT_MAX_CONTEXT`` and a quarter of free RAM). Extensions beyond the API
+        contract: ``dtype`` (activations; fp32 on CPU, bf16 on CUDA by default), ``backend`` (ternary
+        matmul backend name) and ``kv_dtype`` (defaults to ``dtype``).
+        """
+        dev = resolve_device(device)
+
+        def report(stage: str, fraction: float) -> None:
+            if cancel is not None and cancel.cancelled:
+                raise CancelledError("model loading was cancelled")
+            if progress is not None:
+                progress(stage, fraction)
+
+        report("reading model file", 0.0)
+        if isinstance(path, ModelData):
+            data = path
+        else:
+            data = _read_model(Path(path))
+        if data.config.arch != "qwen3":
+            raise UnsupportedModelError(
+                f"architecture {data.config.arch!r} is not supported by this engine yet (Qwen3 dense only)")
+        if data.tokenizer is None:
+            raise UnsupportedModelError("the model file has no tokenizer, so it cannot be used for chat")
+        report("planning memory", 0.1)
+        act_dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
+        kv = kv_dtype or act_dtype
+        ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv)
+        tokenizer = Tokenizer(data.tokenizer)
+
+        def model_progress(stage: str, fraction: float) -> None:
+            report(stage, 0.15 + 0.85 * fraction)
+
+        try:
+            model = Qwen3Model.from_model_data(data, dev, dtype=act_dtype, max_positions=ctx, backend=backend,
+                                               kv_dtype=kv, progress=model_progress, cancel=cancel)
+        except torch.OutOfMemoryError as exc:
+            raise OutOfMemoryError(f"not enough {dev.type.upper()} memory to load the model with "
+                                   f"{ctx} tokens of context; try a smaller --ctx") from exc
+        engine = cls(model, tokenizer, data, dev, plan)
+        report("ready", 1.0)
+        return engine
+
+    def close(self) -> None:
+        """Release the model and cache (the engine is unusable afterwards)."""
+        self.model = None  # type: ignore[assignment]
+        self._cached_tokens = []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # ------------------------------------------------------------------ settings and prompts
+
+    def default_settings(self) -> GenerationSettings:
+        """Settings resolved from the model file's generation defaults, then PrismML's."""
+        gd = self.generation_defaults
+        values: dict[str, Any] = {}
+        for name in _SAMPLING_FIELDS:
+            v = gd.get(name)
+            values[name] = type(PRISM_SMALL_DEFAULTS[name])(v) if v is not None else PRISM_SMALL_DEFAULTS[name]
+        if gd.get("do_sample") is False:
+            values["temperature"] = 0.0
+        thinking = gd.get("enable_thinking")
+        values["enable_thinking"] = bool(thinking) if thinking is not None else False
+        if self.info.supports_thinking is False:
+            values["enable_thinking"] = False
+        if gd.get("max_new_tokens"):
+            values["max_new_tokens"] = int(gd["max_new_tokens"])
+        return GenerationSettings(**values)
+
+    def resolve_settings(self, settings: GenerationSettings | None) -> GenerationSettings:
+        """``settings`` with every ``None`` replaced by the model default."""
+        base = self.default_settings()
+        if settings is None:
+            return base
+        merged = {}
+        for f in fields(GenerationSettings):
+            v = getattr(settings, f.name)
+            merged[f.name] = getattr(base, f.name) if v is None else v
+        return replace(base, **merged)
+
+    def render_prompt(self, messages: list[Message], settings: GenerationSettings | None = None) -> str:
+        """The exact prompt text the model sees for ``messages`` (chat template applied)."""
+        s = self.resolve_settings(settings)
+        return render_chat(self.chat_template, messages, add_generation_prompt=True,
+                           special_tokens=self.tokenizer.special_tokens_map(),
+                           enable_thinking=s.enable_thinking, reasoning_effort=s.reasoning_effort)
+
+    def encode_prompt(self, messages_or_prompt: list[Message] | str,
+                      settings: GenerationSettings | None = None) -> list[int]:
+        if isinstance(messages_or_prompt, str):
+            return self.tokenizer.encode(messages_or_prompt, add_special_tokens=True)
+        return self.tokenizer.encode(self.render_prompt(messages_or_prompt, settings), add_special_tokens=False)
+
+    def count_tokens(self, messages: list[Message] | str, settings: GenerationSettings | None = None) -> int:
+        """Prompt tokens after the chat template (what counts against the context)."""
+        return len(self.encode_prompt(messages, settings))
+
+    def reset(self) -> None:
+        """Forget the cached conversation prefix (the next call prefills from scratch)."""
+        self._cached_tokens = []
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, messages_or_prompt: list[Message] | str, settings: GenerationSettings | None = None,
+                 cancel: CancelToken | None = None) -> Iterator[GenerationEvent]:
+        """Stream events for one answer. Raises :class:`ContextOverflowError` here, before any work."""
+        if self.model is None:
+            raise TernaryError("the engine was closed")
+        t0 = time.perf_counter()
+        s = self.resolve_settings(settings)
+        prompt_ids = self.encode_prompt(messages_or_prompt, s)
+        tokenize_s = time.perf_counter() - t0
+        ctx = self.model.max_positions
+        if not prompt_ids:
+            raise TernaryError("the prompt is empty")
+        if len(prompt_ids) >= ctx:
+            raise ContextOverflowError(
+                f"the prompt is {len(prompt_ids)} tokens but the context holds {ctx} "
+                f"(at least one token must be left for the answer); shorten the conversation or load with a "
+                f"larger context")
+        if s.max_new_tokens < 1:
+            raise TernaryError("max_new_tokens must be at least 1")
+        return self._generate(prompt_ids, s, cancel or CancelToken(), tokenize_s)
+
+    def _generate(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken,
+                  tokenize_s: float) -> Iterator[GenerationEvent]:
+        model, dev = self.model, self.device
+        ctx = model.max_positions
+        stats = GenerationStats(prompt_tokens=len(prompt_ids), device=str(dev), context_length=ctx)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(dev)
+        t_start = time.perf_counter()
+        answer: list[str] = []
+        thinking: list[str] = []
+        try:
+            with torch.inference_mode():
+                # ---- prefill (only what the cache does not already hold)
+                reuse = min(_common_prefix(self._cached_tokens, prompt_ids), len(prompt_ids) - 1)
+                self._cached_tokens = prompt_ids[:reuse]
+                logits = None
+                chunk = PREFILL_CHUNK
+                pos = reuse
+                t_prefill = time.perf_counter()
+                while pos < len(prompt_ids):
+                    if cancel.cancelled:
+                        break
+                    end = min(pos + chunk, len(prompt_ids))
+                    try:
+                        logits = self._forward(prompt_ids[pos:end], pos)
+                    except torch.OutOfMemoryError:
+                        if chunk <= 16:
+                            raise
+                        torch.cuda.empty_cache()
+                        chunk //= 4
+                        yield NoticeEvent(f"Out of GPU memory during prefill; retrying in chunks of {chunk} tokens.")
+                        continue
+                    self._cached_tokens.extend(prompt_ids[pos:end])
+                    pos = end
+                prefill_s = time.perf_counter() - t_prefill
+                computed = pos - reuse
+                stats.prefill_tok_s = computed / prefill_s if computed and prefill_s > 0 else 0.0
+
+                sampler = Sampler(s, model.vocab_size, prompt_ids, dev)
+                splitter = ChannelSplitter(self.tokenizer, prompt_opens_thinking(self.tokenizer, prompt_ids))
+                matchers = {"answer": StopStringMatcher(s.stop), "thinking": StopStringMatcher(s.stop)}
+                last_channel = splitter.channel
+                generated: list[int] = []
+                finish = "length"
+                decode_s = 0.0
+                decode_steps = 0
+                eos = self.tokenizer.eos_token_ids
+                if pos < len(prompt_ids):  # cancelled during prefill
+                    finish, logits = "cancelled", None
+                while logits is not None:
+                    tok = sampler.sample(logits[-1])
+                    if not generated:
+                        stats.ttft_s = tokenize_s + (time.perf_counter() - t_start)
+                    if tok in eos and not s.ignore_eos:
+                        finish = "stop"
+                        break
+                    generated.append(tok)
+                    sampler.observe(tok)
+                    stopped = False
+                    for piece in splitter.add(tok):
+                        if piece.channel != last_channel:
+                            tail = matchers[last_channel].flush()
+                            if tail:
+                                (thinking if last_channel == "thinking" else answer).append(tail)
+                                yield TextEvent(tail, last_channel)  # type: ignore[arg-type]
+                            last_channel = piece.channel
+                        m = matchers[piece.channel]
+                        out = m.feed(piece.text)
+                        if out:
+                            (thinking if piece.channel == "thinking" else answer).append(out)
+                            yield TextEvent(out, piece.channel)  # type: ignore[arg-type]
+                        if m.stopped:
+                            stopped = True
+                            break
+                    if stopped:
+                        finish = "stop_string"
+                        break
+                    if len(generated) >= s.max_new_tokens:
+                        finish = "length"
+                        break
+                    next_pos = len(prompt_ids) + len(generated) - 1
+                    if next_pos >= ctx:
+                        finish = "length"
+                        yield NoticeEvent(f"The context ({ctx} tokens) is full.")
+                        break
+                    if cancel.cancelled:
+                        finish = "cancelled"
+                        break
+                    t_step = time.perf_counter()
+                    logits = self._forward([tok], next_pos)
+                    self._cached_tokens.append(tok)
+                    decode_s += time.perf_counter() - t_step
+                    decode_steps += 1
+                if finish not in ("stop_string",):
+                    for piece in splitter.flush():
+                        out = matchers[piece.channel].feed(piece.text)
+                        if out:
+                            (thinking if piece.channel == "thinking" else answer).append(out)
+                            yield TextEvent(out, piece.channel)  # type: ignore[arg-type]
+                    for channel, m in matchers.items():
+                        tail = "" if m.stopped else m.flush()
+                        if tail:
+                            (thinking if channel == "thinking" else answer).append(tail)
+                            yield TextEvent(tail, channel)  # type: ignore[arg-type]
+        except torch.OutOfMemoryError as exc:
+            self._cached_tokens = []
+            raise OutOfMemoryError(
+                f"out of {dev.type.upper()} memory while generating; load with a smaller context") from exc
+        except BaseException:
+            self._cached_tokens = []  # the cache may hold half-written positions
+            raise
+        total = time.perf_counter() - t_start
+        stats.generated_tokens = len(generated)
+        stats.token_ids = generated
+        stats.finish_reason = finish  # type: ignore[assignment]
+        stats.decode_tok_s = decode_steps / decode_s if decode_steps and decode_s > 0 else 0.0
+        stats.total_s = tokenize_s + total
+        if not generated and stats.ttft_s == 0.0:
+            stats.ttft_s = stats.total_s
+        stats.peak_memory_bytes = (int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"
+                                   else process_peak_rss_bytes())
+        yield DoneEvent(stats=stats, text="".join(answer), thinking="".join(thinking))
+
+    def _forward(self, tokens: list[int], start: int) -> torch.Tensor:
+        """Run ``tokens`` at positions ``start..``; return the last position's logits ``[1, vocab]``."""
+        dev = self.device
+        ids = torch.tensor(tokens, dtype=torch.long, device=dev)
+        pos = torch.arange(start, start + len(tokens), dtype=torch.long, device=dev)
+        return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)
+
+    # ------------------------------------------------------------------ memory
+
+    def memory_stats(self) -> MemoryStats:
+        import psutil
+
+        vm = psutil.virtual_memory()
+        model = self.model
+        plan = self.info.plan or {}
+        st = MemoryStats(
+            device=str(self.device),
+            context_length=model.max_positions if model is not None else 0,
+            kv_cache_bytes=model.cache.nbytes if model is not None else 0,
+            weight_bytes=self.info.weight_bytes,
+            cached_tokens=len(self._cached_tokens),
+            ram_process_bytes=int(psutil.Process().memory_info().rss),
+            ram_peak_bytes=process_peak_rss_bytes(),
+            ram_total_bytes=int(vm.total),
+            ram_available_bytes=int(vm.available),
+            layers_on_gpu=self.config.num_layers if self.device.type == "cuda" else 0,
+            layers_on_cpu=0 if self.device.type == "cuda" else self.config.num_layers,
+        )
+        if plan:
+            st.layers_on_gpu = int(plan.get("layers_on_gpu", st.layers_on_gpu)) if self.device.type == "cuda" \
+                else st.layers_on_gpu
+        if self.device.type == "cuda":
+            idx = self.device.index or 0
+            st.device_allocated_bytes = int(torch.cuda.memory_allocated(idx))
+            st.device_reserved_bytes = int(torch.cuda.memory_reserved(idx))
+            st.device_peak_bytes = int(torch.cuda.max_memory_allocated(idx))
+            free, total = torch.cuda.mem_get_info(idx)
+            st.device_total_bytes = int(total)
+            st.device_used_bytes = int(total - free)
+            try:
+                from runtime.devices import device_used_bytes
+
+                nvml = device_used_bytes(idx)
+                if nvml is not None:
+                    st.device_used_bytes = int(nvml)
+            except ImportError:
+                pass
+        return st
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _read_model(path: Path) -> ModelData:
+    if not path.exists():
+        raise TernaryError(f"model not found: {path}")
+    try:
+        from runtime.formats.loader import load_model
+    except ImportError as exc:
+        if exc.name and exc.name.startswith("runtime.formats"):
+            raise TernaryError("model file readers are not available in this build") from exc
+        raise
+    return load_model(path)
+
+
+def _kv_bytes_per_token(data: ModelData, kv_dtype: torch.dtype) -> int:
+    cfg = data.config
+    return cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * torch.tensor([], dtype=kv_dtype).element_size()
+
+
+def _choose_context(data: ModelData, dev: torch.device, requested: int | None, max_vram: int | None,
+                    kv_dtype: torch.dtype) -> tuple[int, dict[str, Any] | None]:
+    """Context length (and the planner's plan, if the planner module is present)."""
+    cfg = data.config
+    model_max = cfg.max_position_embeddings
+    if requested is not None:
+        if requested < 2:
+            raise TernaryError(f"context length must be at least 2 tokens, got {requested}")
+        if requested > model_max:
+            raise TernaryError(f"context length {requested} exceeds the model's maximum of {model_max}")
+    plan: dict[str, Any] | None = None
+    try:
+        from runtime import planner
+    except ImportError:
+        planner = None  # type: ignore[assignment]
+    if planner is not None:
+        kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(kv_dtype, "fp16")
+        p = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
+                                          kv_dtype=kv_name)
+        plan = p.to_dict()
+        if p.cpu_layers and dev.type == "cuda":
+            raise OutOfMemoryError(
+                f"the model needs {len(p.cpu_layers)} layers offloaded to the CPU to fit this GPU, which this "
+                f"engine does not do yet; use --device cpu or a smaller --ctx")
+        planned = int(p.context_length)
+    else:
+        planned = model_max
+    if requested is not None:
+        ctx = requested if planner is None or dev.type == "cpu" else min(requested, planned)
+        if ctx < requested:
+            raise OutOfMemoryError(f"a context of {requested} tokens does not fit; at most {planned} does")
+        return ctx, plan
+    ctx = min(planned, model_max)
+    if dev.type == "cpu":
+        import psutil
+
+        ram_cap = int(psutil.virtual_memory().available * CPU_KV_RAM_FRACTION) // max(1, _kv_bytes_per_token(data, kv_dtype))
+        ctx = min(ctx, CPU_DEFAULT_MAX_CONTEXT, ram_cap)
+        ctx = max(CTX_ALIGN, ctx // CTX_ALIGN * CTX_ALIGN) if ctx >= CTX_ALIGN else ctx
+        ctx = min(ctx, model_max)
+    if plan is not None:
+        plan["context_length"] = ctx
+    return ctx, plan
+

@@ -1,0 +1,357 @@
+"""Hugging Face model folders (PrismML ``-unpacked`` style) -> canonical ternary tensors.
+
+Why this is more than ``safetensors.load_file``: the unpacked repos store ternary weights as
+plain fp16 values ``t * s``; we recover ``(t, s)`` per 128-group exactly and *verify* every group
+really is ternary (a non-ternary checkpoint is refused, naming the tensor, row and group, unless
+``quantize=True``, which reports the error instead). Safetensors headers are parsed and validated
+here (length, dtype, shape vs byte span, span inside the file, no overlap) and the data is
+memory-mapped, so one tensor at a time is in memory during a conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from runtime.errors import ModelFormatError, UnsupportedModelError
+from runtime.formats import codecs
+from runtime.formats.arch import ArchSpec, arch_for_hf, check_tensor_set
+from runtime.formats.model_data import T2, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor, TokenizerData
+
+MAX_JSON_BYTES = 64 << 20  # tokenizer.json of a 250k vocab is ~12 MB
+MAX_SAFETENSORS_HEADER = 100 << 20
+CHUNK_WEIGHTS = 1 << 22
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+_ST_DTYPES = {
+    "F32": (np.float32, torch.float32), "F16": (np.float16, torch.float16), "BF16": (np.int16, torch.bfloat16),
+    "F64": (np.float64, torch.float64),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# ternary recovery
+
+def ternarize(w: torch.Tensor, name: str, group_size: int = 128, *, quantize: bool = False, encoding: str = T2,
+              source: str = "") -> tuple[TernaryTensor, float]:
+    """Exact (t, s) per group of a dense 2-D weight, in row chunks (bounded temporary memory).
+
+    Returns the tensor and the max relative reconstruction error (0 for a ternary weight).
+    Raises :class:`ModelFormatError` naming the tensor, row and group if a group is not ternary
+    and ``quantize`` is false.
+    """
+    if w.ndim != 2:
+        raise ModelFormatError(f"{source}: tensor {name} is not 2-D")
+    rows, cols = w.shape
+    if cols % group_size:
+        raise ModelFormatError(f"{source}: tensor {name} width {cols} is not a multiple of group size {group_size}")
+    step = max(1, CHUNK_WEIGHTS // cols)
+    codes_parts, scale_parts, max_err = [], [], 0.0
+    for r0 in range(0, rows, step):
+        try:
+            t, err = codecs.quantize_ternary(w[r0:r0 + step], group_size, strict=not quantize, encoding=encoding)
+        except ValueError as exc:
+            msg = str(exc)
+            if msg.startswith("not ternary: row "):
+                row_s, _, rest = msg[len("not ternary: row "):].partition(",")
+                msg = f"not ternary: row {int(row_s) + r0},{rest}"
+            raise ModelFormatError(f"{source}: tensor {name} is {msg}") from None
+        codes_parts.append(t.codes)
+        scale_parts.append(t.scales)
+        max_err = max(max_err, err)
+    codes = codes_parts[0] if len(codes_parts) == 1 else torch.cat(codes_parts)
+    scales = scale_parts[0] if len(scale_parts) == 1 else torch.cat(scale_parts)
+    return TernaryTensor((rows, cols), group_size, codes, scales, encoding), max_err
+
+
+# ------------------------------------------------------------------------------------------------
+# safetensors
+
+@dataclass
+class _STEntry:
+    file: Path
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # absolute file offsets
+    end: int
+
+
+def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
+    """Validated tensor table of one ``.safetensors`` file (nothing allocated from untrusted sizes)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise ModelFormatError(f"{path.name}: truncated safetensors file ({size} bytes)")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_SAFETENSORS_HEADER or n > size - 8:
+            raise ModelFormatError(f"{path.name}: corrupt safetensors: header length {n} does not fit the "
+                                   f"{size}-byte file")
+        raw = f.read(n)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{path.name}: corrupt safetensors header ({exc})") from None
+    if not isinstance(header, dict):
+        raise ModelFormatError(f"{path.name}: corrupt safetensors header (not an object)")
+    data_start, data_size = 8 + n, size - 8 - n
+    out: dict[str, _STEntry] = {}
+    spans = []
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (b, en) = e["dtype"], tuple(int(d) for d in e["shape"]), e["data_offsets"]
+            b, en = int(b), int(en)
+        except (KeyError, TypeError, ValueError):
+            raise ModelFormatError(f"{path.name}: corrupt safetensors entry for {name!r}") from None
+        if dtype not in _ST_DTYPES:
+            raise UnsupportedModelError(f"{path.name}: tensor {name} has dtype {dtype}, not a float type this reader takes")
+        if any(d < 0 for d in shape) or len(shape) > 8:
+            raise ModelFormatError(f"{path.name}: tensor {name} has a bad shape {list(shape)}")
+        count = 1
+        for d in shape:
+            count *= d
+        itemsize = np.dtype(_ST_DTYPES[dtype][0]).itemsize
+        if not 0 <= b <= en <= data_size or en - b != count * itemsize:
+            raise ModelFormatError(f"{path.name}: tensor {name} byte span {b}..{en} does not match its shape "
+                                   f"{list(shape)} or the {data_size}-byte data section")
+        spans.append((b, en, name))
+        out[name] = _STEntry(path, dtype, shape, data_start + b, data_start + en)
+    spans.sort()
+    for (b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:], strict=False):
+        if b1 < e0:
+            raise ModelFormatError(f"{path.name}: tensors {n0} and {n1} overlap")
+    return out
+
+
+def _read_json(path: Path, what: str) -> Any:
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise ModelFormatError(f"{path.name}: {what} is {size} bytes, too large")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFormatError(f"{path.name}: not valid JSON ({exc})") from None
+
+
+def _token_id(tok_doc: dict[str, Any] | None, token: Any) -> int | None:
+    if isinstance(token, dict):
+        token = token.get("content")
+    if not isinstance(token, str) or tok_doc is None:
+        return None
+    for a in tok_doc.get("added_tokens", []):
+        if a.get("content") == token:
+            return int(a["id"])
+    v = (tok_doc.get("model") or {}).get("vocab", {})
+    return int(v[token]) if isinstance(v, dict) and token in v else None
+
+
+def tokenizer_data_from_hf(tokenizer_json: str | None, tokenizer_config: Mapping[str, Any] | None,
+                           chat_template: str | None, generation_config: Mapping[str, Any] | None,
+                           config: Mapping[str, Any] | None = None) -> TokenizerData | None:
+    if tokenizer_json is None:
+        return None
+    doc = json.loads(tokenizer_json)
+    tc = dict(tokenizer_config or {})
+    gen = dict(generation_config or {})
+    if chat_template is None:
+        ct = tc.get("chat_template")
+        if isinstance(ct, list):  # [{"name": "default", "template": ...}, ...]
+            ct = next((c.get("template") for c in ct if isinstance(c, dict) and c.get("name") == "default"), None)
+        chat_template = ct if isinstance(ct, str) else None
+    eos: list[int] = []
+    for src in (gen.get("eos_token_id"), _token_id(doc, tc.get("eos_token")), (config or {}).get("eos_token_id")):
+        for v in (src if isinstance(src, list) else [src]):
+            if isinstance(v, int) and not isinstance(v, bool) and v not in eos:
+                eos.append(v)
+    bos = _token_id(doc, tc.get("bos_token"))
+    pad = _token_id(doc, tc.get("pad_token"))
+    if pad is None and isinstance(gen.get("pad_token_id"), int):
+        pad = gen["pad_token_id"]
+    return TokenizerData(tokenizer_json=tokenizer_json, bos_token_id=bos, eos_token_ids=eos, pad_token_id=pad,
+                         add_bos_token=bool(tc.get("add_bos_token", False)), chat_template=chat_template)
+
+
+GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                   "frequency_penalty", "do_sample", "max_new_tokens")
+
+
+def generation_defaults_from_hf(gen: Mapping[str, Any] | None) -> dict[str, Any]:
+    gen = gen or {}
+    return {k: gen[k] for k in GENERATION_KEYS
+            if isinstance(gen.get(k), int | float | bool) and gen.get(k) is not None}
+
+
+class HFSource:
+    """A Hugging Face folder as a stream of canonical tensors (see module docstring)."""
+
+    def __init__(self, folder: str | os.PathLike[str], *, group_size: int = 128, quantize: bool = False,
+                 ternary_encoding: str = T2) -> None:
+        self.path = Path(folder)
+        p = self.path
+        if not (p / "config.json").is_file():
+            raise ModelFormatError(f"{p}: not a Hugging Face model folder (no config.json)")
+        cfg = _read_json(p / "config.json", "config.json")
+        if not isinstance(cfg, dict):
+            raise ModelFormatError(f"{p / 'config.json'}: not a JSON object")
+        if isinstance(cfg.get("text_config"), dict) and "hidden_size" not in cfg:
+            cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+        self.hf_config = cfg
+        self.arch: ArchSpec = arch_for_hf(str(cfg.get("model_type")))
+        self.entries = self._index()
+        names = [n for n in self.entries if not n.endswith(IGNORED_SUFFIXES)]
+        if cfg.get("tie_word_embeddings") and "lm_head.weight" in names:
+            names.remove("lm_head.weight")  # a duplicate of the embedding
+        shapes = {n: self.entries[n].shape for n in names}
+        self.config = self.arch.config_from_hf(cfg, shapes)
+        expected = self.arch.expected_shapes(self.config)
+        unknown = [n for n in names if n not in expected]
+        if unknown:
+            raise UnsupportedModelError(f"{p.name}: tensors this runtime does not know for "
+                                        f"{cfg.get('model_type')}: {', '.join(unknown[:5])}")
+        check_tensor_set(self.config, shapes, source=p.name)
+        self.names = names
+        tok_json = (p / "tokenizer.json").read_text(encoding="utf-8") if (p / "tokenizer.json").is_file() else None
+        if tok_json is not None and len(tok_json) > MAX_JSON_BYTES:
+            raise ModelFormatError(f"{p.name}: tokenizer.json too large")
+        tc = _read_json(p / "tokenizer_config.json", "tokenizer_config.json") if (p / "tokenizer_config.json").is_file() else {}
+        gen = _read_json(p / "generation_config.json", "generation_config.json") if (p / "generation_config.json").is_file() else {}
+        tmpl = (p / "chat_template.jinja").read_text(encoding="utf-8") if (p / "chat_template.jinja").is_file() else None
+        self.tokenizer = tokenizer_data_from_hf(tok_json, tc, tmpl, gen, cfg)
+        self.generation_defaults = generation_defaults_from_hf(gen)
+        self.group_size = group_size
+        self.quantize = quantize
+        self.ternary_encoding = ternary_encoding
+        self.max_quant_error = 0.0
+        self.model_name = p.name
+        self._maps: dict[Path, mmap.mmap] = {}
+        self._files: list[Any] = []
+
+    def _index(self) -> dict[str, _STEntry]:
+        p = self.path
+        idx = p / "model.safetensors.index.json"
+        if idx.is_file():
+            doc = _read_json(idx, "model.safetensors.index.json")
+            wm = doc.get("weight_map") if isinstance(doc, dict) else None
+            if not isinstance(wm, dict):
+                raise ModelFormatError(f"{idx.name}: no weight_map")
+            files = sorted(set(wm.values()))
+            for fn in files:
+                if not isinstance(fn, str) or os.path.basename(fn) != fn or not fn.endswith(".safetensors"):
+                    raise ModelFormatError(f"{idx.name}: bad shard file name {fn!r}")
+                if not (p / fn).is_file():
+                    raise ModelFormatError(f"{p.name}: shard {fn} listed in {idx.name} is missing")
+        else:
+            files = sorted(f.name for f in p.glob("*.safetensors"))
+            if not files:
+                raise ModelFormatError(f"{p.name}: no .safetensors files (PyTorch .bin checkpoints are not read)")
+        entries: dict[str, _STEntry] = {}
+        for fn in files:
+            for name, e in read_safetensors_header(p / fn).items():
+                if name in entries:
+                    raise ModelFormatError(f"{p.name}: tensor {name} appears in two shards")
+                entries[name] = e
+        return entries
+
+    def _map(self, path: Path) -> mmap.mmap:
+        if path not in self._maps:
+            f = open(path, "rb")  # noqa: SIM115 - closed in close()
+            self._files.append(f)
+            self._maps[path] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        return self._maps[path]
+
+    def raw_tensor(self, name: str) -> torch.Tensor:
+        """Zero-copy torch view of a stored tensor (copy-on-write mapping)."""
+        e = self.entries[name]
+        npdt, tdt = _ST_DTYPES[e.dtype]
+        count = (e.end - e.begin) // np.dtype(npdt).itemsize
+        if count == 0:
+            return torch.empty(e.shape, dtype=tdt)
+        t = torch.frombuffer(self._map(e.file), dtype=torch.int16 if e.dtype == "BF16" else tdt,
+                             count=count, offset=e.begin)
+        return (t.view(torch.bfloat16) if e.dtype == "BF16" else t).reshape(e.shape)
+
+    def tensor_names(self) -> list[str]:
+        return list(self.names)
+
+    def tensor_shape(self, name: str) -> tuple[int, ...]:
+        return self.entries[name].shape
+
+    def load(self, name: str) -> Tensor:
+        w = self.raw_tensor(name)
+        if self.arch.is_ternary(name, tuple(w.shape)):
+            t, err = ternarize(w, name, self.group_size, quantize=self.quantize, encoding=self.ternary_encoding,
+                               source=self.path.name)
+            self.max_quant_error = max(self.max_quant_error, err)
+            return t
+        return DenseTensor(w.clone())
+
+    def iter_tensors(self) -> Iterator[tuple[str, Tensor]]:
+        for n in self.names:
+            yield n, self.load(n)
+
+    @property
+    def source_format(self) -> str:
+        return "hf-safetensors"
+
+    def provenance(self) -> Provenance:
+        return Provenance(source_name=self.path.name, source_format=self.source_format)
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            try:
+                m.close()
+            except BufferError:
+                pass  # views still alive; released with them
+        for f in self._files:
+            f.close()
+        self._maps.clear()
+        self._files.clear()
+
+    def __enter__(self) -> HFSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_hf_folder(folder: str | os.PathLike[str], **kw: Any) -> ModelData:
+    with HFSource(folder, **kw) as src:
+        tensors = dict(src.iter_tensors())
+        return ModelData(config=src.config, tensors=tensors, tokenizer=src.tokenizer,
+                         generation_defaults=src.generation_defaults, provenance=src.provenance(),
+                         name=src.model_name)
+
+
+def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[str, torch.Tensor], *,
+                               group_size: int = 128, quantize: bool = False, tokenizer_json: str | None = None,
+                               tokenizer_config: Mapping[str, Any] | None = None, chat_template: str | None = None,
+                               generation_config: Mapping[str, Any] | None = None, name: str = "") -> ModelData:
+    """In-memory variant of :func:`read_hf_folder` (for tests and tools that hold a model)."""
+    arch = arch_for_hf(str(config_dict.get("model_type")))
+    state = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
+    if config_dict.get("tie_word_embeddings"):
+        state.pop("lm_head.weight", None)
+    shapes = {k: tuple(v.shape) for k, v in state.items()}
+    config = arch.config_from_hf(config_dict, shapes)
+    check_tensor_set(config, shapes, source=name or "state dict")
+    tensors: dict[str, Tensor] = {}
+    for k, v in state.items():
+        if arch.is_ternary(k, tuple(v.shape)):
+            tensors[k], _ = ternarize(v, k, group_size, quantize=quantize, source=name or "state dict")
+        else:
+            tensors[k] = DenseTensor(v.detach().clone())
+    tok = tokenizer_data_from_hf(tokenizer_json, tokenizer_config, chat_template, generation_config, config_dict)
+    return ModelData(config=config, tensors=tensors, tokenizer=tok,
+                     generation_defaults=generation_defaults_from_hf(generation_config),
+                     provenance=Provenance(source_name=name, source_format="hf-state-dict"), name=name)

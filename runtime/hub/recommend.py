@@ -1,0 +1,119 @@
+"""Which catalog model to suggest for this machine, and one sentence saying why.
+
+Why from the catalog's memory columns: they are the planner's own numbers (weights + KV cache at
+4096 tokens + recurrent state + workspace + CUDA context), so the suggestion agrees with what
+``ternary plan`` and the engine will do. On a GPU we pick the largest model whose minimum VRAM
+fits the card's free memory; on a CPU the largest that fits in available RAM, but not above 8B
+parameters, because decode speed on a CPU is bound by memory bandwidth and a 27B model reads
+~7 GB of weights per token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel
+from runtime.hub.download import format_bytes
+
+CPU_MAX_PARAMETERS = 9_000_000_000
+GPU_HEADROOM = 0.95  # keep 5% of free VRAM for the desktop and fragmentation
+RAM_HEADROOM = 0.85  # leave room for the OS, the GUI and the browser the user has open
+
+
+@dataclass
+class MachineMemory:
+    gpu_name: str | None
+    gpu_free_bytes: int  # 0 without a CUDA GPU
+    ram_available_bytes: int
+
+    @classmethod
+    def detect(cls) -> MachineMemory:
+        from runtime.devices import detect
+
+        rep = detect()
+        best = max(rep.gpus, key=lambda g: g.free_bytes, default=None)
+        return cls(best.name if best else None, best.free_bytes if best else 0, rep.ram_available_bytes)
+
+
+@dataclass
+class Fit:
+    where: str  # "gpu", "cpu" or "none"
+    need_bytes: int | None
+    have_bytes: int
+
+    def describe(self) -> str:
+        if self.need_bytes is None:
+            return "unknown"
+        if self.where == "gpu":
+            return f"fits GPU ({format_bytes(self.need_bytes)} of {format_bytes(self.have_bytes)} free)"
+        if self.where == "cpu":
+            return f"CPU only (needs {format_bytes(self.need_bytes)} RAM)"
+        return f"too big (needs {format_bytes(self.need_bytes)})"
+
+
+def fit_of(f: CatalogFile, mem: MachineMemory) -> Fit:
+    if f.min_vram_bytes is None or f.min_ram_bytes is None:
+        return Fit("none", None, 0)
+    if mem.gpu_free_bytes and f.min_vram_bytes <= mem.gpu_free_bytes * GPU_HEADROOM:
+        return Fit("gpu", f.min_vram_bytes, mem.gpu_free_bytes)
+    if f.min_ram_bytes <= mem.ram_available_bytes * RAM_HEADROOM:
+        return Fit("cpu", f.min_ram_bytes, mem.ram_available_bytes)
+    return Fit("none", f.min_vram_bytes if mem.gpu_free_bytes else f.min_ram_bytes,
+               mem.gpu_free_bytes or mem.ram_available_bytes)
+
+
+@dataclass
+class Recommendation:
+    model: CatalogModel | None
+    file: CatalogFile | None
+    device: str  # "gpu" | "cpu" | "none"
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model.id if self.model else None, "file": self.file.file if self.file else None,
+                "device": self.device, "reason": self.reason}
+
+
+def _rank(m: CatalogModel) -> tuple[int, int]:
+    # Bigger first; at equal size the newer generation (Bonsai 2) first.
+    return (m.parameters or 0, 1 if m.generation == "bonsai-2" else 0)
+
+
+def recommend_model(catalog: Catalog, mem: MachineMemory | None = None) -> Recommendation:
+    mem = mem or MachineMemory.detect()
+    models = sorted((m for m in catalog.models if not m.user and m.files), key=_rank, reverse=True)
+
+    def options(m: CatalogModel) -> list[CatalogFile]:
+        d = m.default_file()
+        rest = sorted((f for f in m.files if f is not d and not f.legacy), key=lambda f: f.min_vram_bytes or 0)
+        return [d, *rest]
+
+    if mem.gpu_free_bytes:
+        for m in models:
+            for f in options(m):
+                if fit_of(f, mem).where == "gpu":
+                    variant = "" if f.default else f" in its smaller {f.variant} packing"
+                    return Recommendation(m, f, "gpu", (
+                        f"{m.name}{variant} is the largest model whose minimum footprint "
+                        f"({format_bytes(f.min_vram_bytes)} at 4096 tokens of context) fits the "
+                        f"{format_bytes(mem.gpu_free_bytes)} free on {mem.gpu_name or 'your GPU'}; longer contexts "
+                        "use the remaining memory."))
+    for m in models:
+        if (m.parameters or 0) > CPU_MAX_PARAMETERS:
+            continue
+        for f in options(m):
+            if fit_of(f, mem).where == "cpu":
+                why_cpu = ("no CUDA GPU was found" if not mem.gpu_free_bytes
+                           else f"even the smallest model does not fit the {format_bytes(mem.gpu_free_bytes)} free on the GPU")
+                return Recommendation(m, f, "cpu", (
+                    f"{m.name} runs on the CPU because {why_cpu}; it needs {format_bytes(f.min_ram_bytes)} of the "
+                    f"{format_bytes(mem.ram_available_bytes)} RAM available, and larger models would be too slow "
+                    "for chat on a CPU."))
+    smallest = min((f for m in models for f in m.files), key=lambda f: f.min_ram_bytes or 1 << 62, default=None)
+    owner = next((m for m in models if smallest in m.files), None)
+    need = format_bytes(smallest.min_ram_bytes) if smallest else "?"
+    return Recommendation(None, None, "none", (
+        f"no catalog model fits: the smallest ({owner.name if owner else '?'}) needs {need} but only "
+        f"{format_bytes(mem.ram_available_bytes)} RAM is available"
+        + (f" and {format_bytes(mem.gpu_free_bytes)} VRAM is free" if mem.gpu_free_bytes else "") + "."))

@@ -1,0 +1,179 @@
+"""Plain-torch references for every fused GPU op in ``runtime.kernels.triton_*``.
+
+Why: each Triton kernel fuses several steps and rounds at different points than a naive torch
+chain; tests compare the kernel against these slow, obviously-correct versions (which follow the
+Hugging Face Qwen3/Qwen3.5 rounding order), never against the kernel's own arithmetic.
+Everything here runs on any device and dtype; nothing here is on a hot path.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.formats.codecs import dequantize_ternary
+from runtime.formats.model_data import T2, TernaryTensor
+
+
+def ternary_weight(codes: torch.Tensor, scales: torch.Tensor, group_size: int, encoding: str = T2,
+                   cols: int | None = None) -> torch.Tensor:
+    """fp32 dense copy of a packed weight (rows, cols)."""
+    rows = codes.shape[0]
+    if cols is None:
+        cols = scales.shape[1] * group_size
+    t = TernaryTensor((rows, cols), group_size, codes, scales, encoding)
+    return dequantize_ternary(t, torch.float32)
+
+
+def ref_ternary_matmul(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
+                       encoding: str = T2, residual: torch.Tensor | None = None) -> torch.Tensor:
+    """``y = x @ W^T (+ residual)`` computed in fp32, returned in x's dtype."""
+    w = ternary_weight(codes, scales, group_size, encoding, x.shape[-1])
+    y = x.float() @ w.t()
+    y = y.to(x.dtype)
+    if residual is not None:
+        y = (residual + y).to(x.dtype)  # HF: residual + proj(x), in the model dtype
+    return y
+
+
+def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:
+    """HF RMSNorm. offset 0 (Qwen3): ``w * (x * rsqrt(ms + eps)).to(dtype)``; offset 1 (Qwen3.5):
+    ``(x * rsqrt(ms + eps) * (1 + w)).to(dtype)`` with the product in fp32."""
+    xf = x.float()
+    h = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if weight_offset == 0.0:
+        return weight.to(x.dtype) * h.to(x.dtype)
+    return (h * (weight_offset + weight.float())).to(x.dtype)
+
+
+def ref_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float,
+                    weight_offset: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``h = residual + x`` (model dtype); returns ``(rmsnorm(h), h)``."""
+    h = (residual + x).to(x.dtype)
+    return ref_rmsnorm(h, weight, eps, weight_offset), h
+
+
+def ref_fused_rmsnorm_matvec(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, codes: torch.Tensor,
+                             scales: torch.Tensor, group_size: int, encoding: str = T2,
+                             weight_offset: float = 0.0) -> torch.Tensor:
+    return ref_ternary_matmul(ref_rmsnorm(x, norm_weight, eps, weight_offset), codes, scales, group_size, encoding)
+
+
+def ref_swiglu_matvec(x: torch.Tensor, gate_codes: torch.Tensor, gate_scales: torch.Tensor,
+                      up_codes: torch.Tensor, up_scales: torch.Tensor, group_size: int, encoding: str = T2,
+                      norm_weight: torch.Tensor | None = None, eps: float = 1e-6,
+                      weight_offset: float = 0.0) -> torch.Tensor:
+    """``silu(x W_g^T) * (x W_u^T)`` (optionally on rmsnorm(x)), each projection rounded to x's dtype."""
+    if norm_weight is not None:
+        x = ref_rmsnorm(x, norm_weight, eps, weight_offset)
+    g = ref_ternary_matmul(x, gate_codes, gate_scales, group_size, encoding)
+    u = ref_ternary_matmul(x, up_codes, up_scales, group_size, encoding)
+    return (torch.nn.functional.silu(g.float()) * u.float()).to(x.dtype)
+
+
+def _rope_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """HF ``apply_rotary_pos_emb`` with partial rotary: rotate the first ``cos.shape[-1]`` dims."""
+    r = cos.shape[-1]
+    xr, xp = x[..., :r], x[..., r:]
+    half = r // 2
+    rot = torch.cat((-xr[..., half:], xr[..., :half]), dim=-1)
+    out = xr * cos + rot * sin
+    return torch.cat((out, xp), dim=-1)
+
+
+def ref_qk_norm_rope_kv_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_norm_weight: torch.Tensor,
+                              k_norm_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                              start_pos: int, k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float,
+                              weight_offset: float = 0.0, k_scale: torch.Tensor | None = None,
+                              v_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """q/k ``[T, heads, D]`` -> per-head RMSNorm -> RoPE at ``start_pos + t``; writes k/v into the
+    caches ``[kv_heads, max_pos, D]`` (in place; int8 caches get per-token-per-head scales) and
+    returns the rotated q. ``cos/sin`` are HF tables ``[max_pos, rotary_dim]`` (fp32)."""
+    t = q.shape[0]
+    pos = torch.arange(start_pos, start_pos + t, device=q.device)
+    c = cos[pos].float()[:, None, :]
+    s = sin[pos].float()[:, None, :]
+    qn = ref_rmsnorm(q, q_norm_weight, eps, weight_offset).float()
+    kn = ref_rmsnorm(k, k_norm_weight, eps, weight_offset).float()
+    q_out = _rope_rotate(qn, c, s).to(q.dtype)
+    k_rot = _rope_rotate(kn, c, s).to(k.dtype)
+    if k_cache.dtype == torch.int8:
+        kq, ks = quantize_kv_int8(k_rot)
+        vq, vs = quantize_kv_int8(v)
+        k_cache[:, pos] = kq.transpose(0, 1)
+        v_cache[:, pos] = vq.transpose(0, 1)
+        k_scale[:, pos] = ks.transpose(0, 1)
+        v_scale[:, pos] = vs.transpose(0, 1)
+    else:
+        k_cache[:, pos] = k_rot.transpose(0, 1).to(k_cache.dtype)
+        v_cache[:, pos] = v.transpose(0, 1).to(v_cache.dtype)
+    return q_out
+
+
+def quantize_kv_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 per (token, head): ``x ~ q * scale``, scale = max|x| / 127 (fp32)."""
+    xf = x.float()
+    scale = xf.abs().amax(-1) / 127.0
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(xf / safe[..., None]).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def ref_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_len: int,
+                         sm_scale: float, k_scale: torch.Tensor | None = None,
+                         v_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """One query token ``q [Hq, D]`` over the first ``seq_len`` cache positions (GQA), fp32 math."""
+    hq, d = q.shape
+    hkv = k_cache.shape[0]
+    k = k_cache[:, :seq_len].float()
+    v = v_cache[:, :seq_len].float()
+    if k_scale is not None:
+        k = k * k_scale[:, :seq_len, None].float()
+        v = v * v_scale[:, :seq_len, None].float()
+    qg = q.float().reshape(hkv, hq // hkv, d)
+    s = torch.einsum("hgd,hsd->hgs", qg, k) * sm_scale
+    p = torch.softmax(s, dim=-1)
+    o = torch.einsum("hgs,hsd->hgd", p, v)
+    return o.reshape(hq, d).to(q.dtype)
+
+
+# ---- sampling -------------------------------------------------------------------------------
+# params layout shared with triton_sampling (fp32 device tensor):
+# [temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty]
+P_TEMPERATURE, P_TOP_K, P_TOP_P, P_MIN_P, P_REP, P_PRESENCE, P_FREQUENCY = range(7)
+N_PARAMS = 7
+
+
+def ref_penalized_logits(logits: torch.Tensor, params: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Penalties (HF repetition penalty; OpenAI presence/frequency) then temperature, fp32."""
+    p = params.float().cpu().tolist()
+    lf = logits.float().reshape(-1)
+    cnt = counts.reshape(-1).to(lf.device)
+    seen = cnt > 0
+    rep = p[P_REP]
+    lf = torch.where(seen, torch.where(lf > 0, lf / rep, lf * rep), lf)
+    lf = lf - p[P_PRESENCE] * seen.float() - p[P_FREQUENCY] * cnt.float()
+    if p[P_TEMPERATURE] > 0:
+        lf = lf / p[P_TEMPERATURE]
+    return lf
+
+
+def ref_sampling_support(logits: torch.Tensor, params: torch.Tensor, counts: torch.Tensor,
+                         candidate_cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(probs [V], allowed [V] bool)``: the exact distribution the sampler must draw from
+    (renormalise ``probs[allowed]``). top-k/top-p act on the ``candidate_cap`` most likely tokens."""
+    p = params.float().cpu().tolist()
+    lf = ref_penalized_logits(logits, params, counts)
+    probs = torch.softmax(lf, dim=-1)
+    order = torch.argsort(lf, descending=True, stable=True)
+    sp = probs[order]
+    rank = torch.arange(lf.numel(), device=lf.device)
+    keep = rank < candidate_cap
+    top_k = int(p[P_TOP_K])
+    if top_k > 0:
+        keep &= rank < top_k
+    before = torch.cumsum(sp, 0) - sp
+    keep &= (before < p[P_TOP_P]) | (rank == 0)
+    keep &= sp >= p[P_MIN_P] * sp[0]
+    allowed = torch.zeros_like(keep)
+    allowed[order] = keep
+    return probs, allowed

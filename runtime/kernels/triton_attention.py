@@ -1,0 +1,153 @@
+"""Decode attention (one query token) over a static KV cache, split-KV flash-decoding style.
+
+Why: at batch 1 a layer's attention has only ``kv_heads`` independent problems, far too few for
+132 SMs, and its length changes every step. Each of ``NUM_SPLITS`` programs per KV head takes a
+slice of the *live* length (read from a device tensor, so one captured CUDA graph serves every
+step and the cost follows the live length, not the cache size); the last program of each head
+to finish merges the partial (max, sum, acc) in a fixed order - one launch, deterministic.
+All query heads of a GQA group share each K/V tile load (``tl.dot`` with the group padded to 16).
+Optional int8 cache: per-token-per-head fp32 scales folded into scores and probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
+
+
+@triton.jit
+def _decode_attn_kernel(
+    q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
+    o_ptr, so_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
+    NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    INT8: tl.constexpr, IEEE: tl.constexpr,
+):
+    hk = tl.program_id(0)
+    sp = tl.program_id(1)
+    L = tl.load(len_ptr).to(tl.int32)
+    hs = tl.arange(0, BLOCK_H)
+    hmask = hs < GROUP
+    d = tl.arange(0, BLOCK_D)
+    dmask = d < D
+    qh = hk * GROUP + hs
+    q = tl.load(q_ptr + qh[:, None] * sq_h + d[None, :], mask=hmask[:, None] & dmask[None, :], other=0.0)
+    cdt = q.dtype
+    # this program's share of the live length, in whole BLOCK_S tiles
+    per = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S
+    s_begin = sp * per
+    s_end = tl.minimum(s_begin + per, L)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    kbase = kc_ptr + hk * sc_h
+    vbase = vc_ptr + hk * sc_h
+    for s0 in range(s_begin, s_end, BLOCK_S):
+        offs = s0 + tl.arange(0, BLOCK_S)
+        smask = offs < s_end
+        kvmask = smask[:, None] & dmask[None, :]
+        k = tl.load(kbase + offs[:, None] * sc_s + d[None, :], mask=kvmask, other=0.0)
+        v = tl.load(vbase + offs[:, None] * sc_s + d[None, :], mask=kvmask, other=0.0)
+        if IEEE:
+            sc = tl.dot(q, tl.trans(k.to(cdt)), input_precision="ieee")
+        else:
+            sc = tl.dot(q, tl.trans(k.to(cdt)))
+        if INT8:
+            sc = sc * tl.load(ks_ptr + hk * ss_h + offs, mask=smask, other=0.0)[None, :]
+        sc = tl.where(smask[None, :], sc * sm_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(sc, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(sc - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if INT8:
+            p = p * tl.load(vs_ptr + hk * ss_h + offs, mask=smask, other=0.0)[None, :]
+        if IEEE:
+            pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(cdt), v.to(cdt))
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+
+    omask = hmask[:, None] & dmask[None, :]
+    if NUM_SPLITS == 1:
+        out = acc / l_i[:, None]
+        tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
+    else:
+        pidx = hk * NUM_SPLITS + sp
+        tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc)
+        tl.store(ml_ptr + pidx * 2 * BLOCK_H + hs, m_i)
+        tl.store(ml_ptr + pidx * 2 * BLOCK_H + BLOCK_H + hs, l_i)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + hk, 1)
+        if arrived == NUM_SPLITS - 1:
+            n_active = tl.cdiv(L, per)
+            mx = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            for s in tl.static_range(NUM_SPLITS):
+                ok = (hs * 0 + s) < n_active
+                ms = tl.load(ml_ptr + (hk * NUM_SPLITS + s) * 2 * BLOCK_H + hs, mask=ok & hmask,
+                             other=float("-inf"), cache_modifier=".cg")
+                mx = tl.maximum(mx, ms)
+            mx = tl.where(hmask, mx, 0.0)
+            tot_l = tl.zeros([BLOCK_H], tl.float32)
+            tot = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+            for s in tl.static_range(NUM_SPLITS):
+                ok = (hs * 0 + s) < n_active
+                base = (hk * NUM_SPLITS + s) * 2 * BLOCK_H
+                ms = tl.load(ml_ptr + base + hs, mask=ok & hmask, other=float("-inf"), cache_modifier=".cg")
+                ls = tl.load(ml_ptr + base + BLOCK_H + hs, mask=ok & hmask, other=0.0, cache_modifier=".cg")
+                a = tl.load(part_ptr + (hk * NUM_SPLITS + s) * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :],
+                            mask=ok[:, None] & omask, other=0.0, cache_modifier=".cg")
+                f = tl.exp(ms - mx)
+                tot_l += ls * f
+                tot += a * f[:, None]
+            out = tot / tl.where(hmask, tot_l, 1.0)[:, None]
+            tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
+            tl.atomic_xchg(cnt_ptr + hk, 0)
+
+
+def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> int:
+    """Enough programs for ~2 per SM on a 132-SM GPU, never more than cache tiles."""
+    if INTERPRET:
+        return 4
+    target = triton.next_power_of_2(max(1, 264 // max(kv_heads, 1)))
+    return max(1, min(64, target, triton.cdiv(max_positions, block_s)))
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_len: torch.Tensor,
+                     sm_scale: float, *, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
+                     out: torch.Tensor | None = None, num_splits: int | None = None,
+                     block_s: int | None = None) -> torch.Tensor:
+    """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``."""
+    hq, dim = q.shape
+    hkv, max_pos, _ = k_cache.shape
+    if hq % hkv or k_cache.shape[2] != dim or v_cache.shape != k_cache.shape or k_cache.stride() != v_cache.stride():
+        raise ValueError("q [Hq, D] and caches [Hkv, max_pos, D] with Hq % Hkv == 0 and equal strides")
+    if q.stride(-1) != 1 or k_cache.stride(-1) != 1:
+        raise ValueError("q and caches need a contiguous last dimension")
+    int8 = k_cache.dtype == torch.int8
+    if int8 and (k_scale is None or v_scale is None):
+        raise ValueError("an int8 KV cache needs k_scale and v_scale")
+    group = hq // hkv
+    block_h = max(16, triton.next_power_of_2(group))
+    block_d = triton.next_power_of_2(dim)
+    block_s = block_s or (16 if INTERPRET else 64)
+    splits = num_splits or default_num_splits(hkv, max_pos, block_s)
+    if out is None:
+        out = torch.empty(hq, dim, dtype=q.dtype, device=q.device)
+    if splits > 1:
+        part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
+        ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
+        cnt = _counter_buffer(q.device, hkv, owner="attention")
+    else:
+        part = ml = cnt = out
+    ks = k_scale if int8 else k_cache
+    vs = v_scale if int8 else v_cache
+    _decode_attn_kernel[(hkv, splits)](
+        q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
+        ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), part, ml, cnt, float(sm_scale), dim, group,
+        NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, INT8=int8,
+        IEEE=q.dtype == torch.float32, num_warps=4,
+    )
+    return out

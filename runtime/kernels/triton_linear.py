@@ -1,0 +1,582 @@
+"""Triton ternary matmuls that read the canonical packed layout directly (no fp16 weight copy).
+
+Why this shape of kernel (see docs/kernels.md for numbers): at 2 bits a decode mat-vec moves only
+a few MB per matrix, so it is bound by bytes in flight and by the instructions spent decoding,
+not by FLOPs. Hence
+
+* ``gemv`` (batch 1..8): each program owns BLOCK_N output rows of one activation row and a
+  1/SPLIT_K slice of K; int32 words (16 weights) are decoded with shift/mask and the
+  "magic float" trick ``bitcast(c | 0x4B000000) - (2^23 + 1) == c - 1`` (no int->float convert);
+  the fp16 group scale is applied once per 16-weight word partial sum, not per weight.
+  Split-K partials are reduced *in the same launch* by the last program to arrive at a per-tile
+  counter (deterministic order, counters reset by that program), so epilogues (SiLU*mul,
+  residual add) still fuse and a decode step stays one launch per matmul.
+  Optional prologue: RMSNorm of x computed by every program (x is <= 20 KB, read from L2).
+* ``mm`` (prefill, many tokens): tiles dequantized in registers feeding ``tl.dot``.
+* ``dequant`` + cuBLAS: one matrix at a time into a reused buffer, then ``torch.matmul``.
+  Which prefill path runs is measured per (M bucket, N, K) on first use and cached.
+
+Layouts: ``t2`` codes uint8 ``[N, K/4]`` read as int32 ``[N, K/16]`` (weight k at bits 2k of its
+word); ``t3`` base-3 5 trits/byte per group (decoded with exact float floor/div tricks).
+Scales fp16 ``[N, K/G]``. Weights are never repacked: the GPU buffers are the file's bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from runtime.formats.model_data import T2, T3, TernaryTensor, t3_bytes_per_group
+from runtime.kernels import linear
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+MATVEC_MAX_M = 8  # rows of x up to which the mat-vec kernel is used
+TUNED_DIR = Path(__file__).with_name("tuned")
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels
+# ---------------------------------------------------------------------------------------------
+
+@triton.jit
+def _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr):
+    """x[kk] as fp32, optionally RMS-normalised with HF's rounding order for the model dtype."""
+    m = kk < K
+    xv = tl.load(x_row + kk, mask=m, other=0.0)
+    xf = xv.to(tl.float32)
+    if NORM:
+        h = xf * inv_rms
+        w = tl.load(nw_ptr + kk, mask=m, other=0.0).to(tl.float32)
+        if NORM_QWEN3:  # weight * h.to(dtype), product rounded to dtype
+            xf = (h.to(xv.dtype).to(tl.float32) * w).to(xv.dtype).to(tl.float32)
+        else:  # (h * (offset + w)).to(dtype)
+            xf = (h * (w + norm_offset)).to(xv.dtype).to(tl.float32)
+    return xf
+
+
+@triton.jit
+def _t2_partial(w_ptr, s_ptr, offs_n, n_mask, wk, xf, K, G: tl.constexpr):
+    """Sum over one BLOCK_K chunk of scale * (code - 1) * x for BLOCK_N rows (t2 layout)."""
+    kw_total = K // 16
+    wmask = n_mask[:, None] & (wk[None, :] < kw_total)
+    words = tl.load(w_ptr + offs_n[:, None] * kw_total + wk[None, :], mask=wmask, other=0,
+                    eviction_policy="evict_first")
+    sh = tl.arange(0, 16) * 2
+    c = (words[:, :, None] >> sh[None, None, :]) & 3
+    cf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # == c - 1, exactly
+    t = tl.sum(cf * xf[None, :, :], axis=2)  # per-word partial sums [BLOCK_N, KW]
+    n_groups = K // G
+    sc = tl.load(s_ptr + offs_n[:, None] * n_groups + (wk[None, :] * 16) // G, mask=wmask, other=0.0)
+    return tl.sum(t * sc.to(tl.float32), axis=1)
+
+
+@triton.jit
+def _t3_codes(w_ptr, offs_n, n_mask, kk, K, G: tl.constexpr, NBG: tl.constexpr):
+    """Trits (0..2, as fp32) of t3 weights kk for rows offs_n: base-3 digit via exact float floors."""
+    g = kk // G
+    j = kk - g * G
+    byte = g * NBG + j // 5
+    pw = j % 5
+    inv_p = tl.where(pw == 0, 1.0, tl.where(pw == 1, 1.0 / 3.0, tl.where(
+        pw == 2, 1.0 / 9.0, tl.where(pw == 3, 1.0 / 27.0, 1.0 / 81.0))))
+    row_bytes = (K // G) * NBG
+    m = n_mask[:, None] & (kk < K)[None, :]
+    b = tl.load(w_ptr + offs_n[:, None] * row_bytes + byte[None, :], mask=m, other=0).to(tl.float32)
+    q = tl.floor((b + 0.5) * inv_p[None, :])  # b // 3^pw (margin 0.5/81 >> fp32 error)
+    return q - 3.0 * tl.floor((q + 0.5) * (1.0 / 3.0))  # q % 3
+
+
+@triton.jit
+def _t3_partial(w_ptr, s_ptr, offs_n, n_mask, kk, xf, K, G: tl.constexpr, NBG: tl.constexpr):
+    trit = _t3_codes(w_ptr, offs_n, n_mask, kk, K, G, NBG)
+    m = n_mask[:, None] & (kk < K)[None, :]
+    sc = tl.load(s_ptr + offs_n[:, None] * (K // G) + (kk // G)[None, :], mask=m, other=0.0)
+    return tl.sum((trit - 1.0) * xf[None, :] * sc.to(tl.float32), axis=1)
+
+
+@triton.jit
+def _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
+                   DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    ydt = y_ptr.dtype.element_ty
+    out = acc
+    if DUAL:  # silu(gate) * up, each projection rounded to the model dtype first (as HF)
+        g = acc.to(ydt).to(tl.float32)
+        u = acc2.to(ydt).to(tl.float32)
+        out = g / (1.0 + tl.exp(-g)) * u
+    if RESIDUAL:
+        r = tl.load(r_ptr + pid_m * stride_rm + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        out = out.to(ydt).to(tl.float32) + r
+    tl.store(y_ptr + pid_m * stride_ym + offs_n, out.to(ydt), mask=n_mask)
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr, stride_xm, nw_ptr,
+    w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, K, eps, norm_offset,
+    G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    x_row = x_ptr + pid_m * stride_xm
+    inv_rms = 1.0
+    if NORM:
+        ss = tl.zeros([BLOCK_K], tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            kk = k0 + tl.arange(0, BLOCK_K)
+            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+            ss += xv * xv
+        inv_rms = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+
+    n_kb = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(n_kb, SPLIT_K)
+    kb0 = pid_k * per_split
+    kb1 = tl.minimum(kb0 + per_split, n_kb)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_N], tl.float32)
+    for kb in range(kb0, kb1):
+        k0 = kb * BLOCK_K
+        if T3:
+            kk = k0 + tl.arange(0, BLOCK_K)
+            xf = _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+            acc += _t3_partial(w_ptr, s_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
+            if DUAL:
+                acc2 += _t3_partial(w2_ptr, s2_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
+        else:
+            KW: tl.constexpr = BLOCK_K // 16
+            offs_w = tl.arange(0, KW)
+            wk = k0 // 16 + offs_w
+            kk = k0 + offs_w[:, None] * 16 + tl.arange(0, 16)[None, :]
+            xf = _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+            acc += _t2_partial(w_ptr, s_ptr, offs_n, n_mask, wk, xf, K, G)
+            if DUAL:
+                acc2 += _t2_partial(w2_ptr, s2_ptr, offs_n, n_mask, wk, xf, K, G)
+
+    if SPLIT_K == 1:
+        _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+    else:
+        NP = 2 * N if DUAL else N
+        pbase = part_ptr + (pid_k * M + pid_m) * NP
+        tl.store(pbase + offs_n, acc, mask=n_mask)
+        if DUAL:
+            tl.store(pbase + N + offs_n, acc2, mask=n_mask)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        cidx = pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + cidx, 1)  # acq_rel, gpu scope
+        if arrived == SPLIT_K - 1:  # last program of this tile: reduce in fixed split order
+            tot = tl.zeros([BLOCK_N], tl.float32)
+            tot2 = tl.zeros([BLOCK_N], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                pb = part_ptr + (s * M + pid_m) * NP
+                tot += tl.load(pb + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    tot2 += tl.load(pb + N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+            _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
+                           DUAL, RESIDUAL)
+            tl.atomic_xchg(cnt_ptr + cidx, 0)  # leave the counter ready for the next launch
+
+
+@triton.jit
+def _mm_kernel(x_ptr, stride_xm, w_ptr, s_ptr, r_ptr, stride_rm, y_ptr, stride_ym, M, N, K,
+               G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, RESIDUAL: tl.constexpr, IEEE: tl.constexpr):
+    """Prefill GEMM: per scale group, decode a [G, BLOCK_N] tile to the activation dtype -> tl.dot."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    offs_g = tl.arange(0, G)
+    xdt = x_ptr.dtype.element_ty
+    n_groups = K // G
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for g in range(0, n_groups):
+        kk = g * G + offs_g
+        xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None], other=0.0)
+        if T3:
+            trit = tl.trans(_t3_codes(w_ptr, offs_n, n_mask, kk, K, G, NBG))  # [G, BLOCK_N]
+            wt = (trit - 1.0).to(xdt)
+        else:
+            b = tl.load(w_ptr + offs_n[None, :] * (K // 4) + (kk // 4)[:, None], mask=n_mask[None, :], other=0)
+            c = (b.to(tl.int32) >> ((kk % 4) * 2)[:, None]) & 3
+            wt = (c - 1).to(xdt)
+        if IEEE:
+            part = tl.dot(xt, wt, input_precision="ieee")
+        else:
+            part = tl.dot(xt, wt)
+        sc = tl.load(s_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
+        acc += part * sc[None, :]
+    mask = m_mask[:, None] & n_mask[None, :]
+    out = acc
+    if RESIDUAL:
+        r = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
+        out = out.to(xdt).to(tl.float32) + r.to(tl.float32)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    kk = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    n_mask = offs_n < N
+    mask = n_mask[:, None] & (kk < K)[None, :]
+    if T3:
+        tf = _t3_codes(w_ptr, offs_n, n_mask, kk, K, G, NBG) - 1.0
+    else:
+        b = tl.load(w_ptr + offs_n[:, None] * (K // 4) + (kk // 4)[None, :], mask=mask, other=0)
+        tf = (((b.to(tl.int32) >> ((kk % 4) * 2)[None, :]) & 3) - 1).to(tl.float32)
+    sc = tl.load(s_ptr + offs_n[:, None] * (K // G) + (kk // G)[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs_n[:, None] * K + kk[None, :], (tf * sc).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------
+# launch configuration: measured once per shape on the GPU, cached (and loadable from JSON)
+# ---------------------------------------------------------------------------------------------
+
+# (BLOCK_N, BLOCK_K, SPLIT_K, num_warps)
+_GEMV_CANDIDATES = [
+    (4, 1024, 1, 4), (8, 512, 1, 4), (8, 1024, 1, 8), (16, 512, 1, 8), (16, 256, 1, 4),
+    (32, 256, 1, 8), (4, 1024, 2, 4), (8, 512, 2, 4), (8, 512, 4, 4), (16, 512, 4, 8), (8, 1024, 4, 8),
+]
+_INTERPRET_GEMV = (16, 64, 1, 4)
+_MM_CANDIDATES = [(64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8)]  # (BLOCK_M, BLOCK_N, warps)
+
+_tuned: dict[str, tuple] = {}
+_lock = threading.Lock()
+_counters: dict[tuple[torch.device, str], torch.Tensor] = {}
+
+
+def _key(*parts: object) -> str:
+    return "|".join(str(p) for p in parts)
+
+
+def load_tuned(path: str | os.PathLike) -> int:
+    """Merge launch configs measured earlier (``dump_tuned``) so the first call needs no tuning."""
+    data = json.loads(Path(path).read_text())
+    with _lock:
+        for k, v in data.items():
+            _tuned.setdefault(k, tuple(v) if isinstance(v, list) else v)
+    return len(data)
+
+
+def dump_tuned() -> dict[str, object]:
+    with _lock:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in _tuned.items()}
+
+
+def _device_tuned_file() -> Path | None:
+    if INTERPRET or not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name().lower().replace(" ", "-")
+    p = TUNED_DIR / f"{name}.json"
+    return p if p.exists() else None
+
+
+def _counter_buffer(device: torch.device, n: int, owner: str = "gemv") -> torch.Tensor:
+    """Zeroed int32 arrival counters for in-launch split reductions; kernels reset what they use."""
+    buf = _counters.get((device, owner))
+    if buf is None or buf.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("Triton kernels: call each shape once before CUDA-graph capture (warm-up)")
+        buf = torch.zeros(max(n, 1 << 20 if owner == "gemv" else 1024), dtype=torch.int32, device=device)
+        _counters[(device, owner)] = buf
+    return buf
+
+
+def _bench(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=3, rep=15, return_mode="median")
+
+
+# ---------------------------------------------------------------------------------------------
+# functional API
+# ---------------------------------------------------------------------------------------------
+
+def _check(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int, encoding: str) -> tuple[int, int]:
+    n, groups = scales.shape
+    k = groups * group_size
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features, weight expects {k}")
+    if encoding == T2:
+        if group_size % 16 or codes.shape != (n, k // 4):
+            raise ValueError(f"t2 codes must be uint8[{n}, {k // 4}] with group size % 16 == 0")
+    elif encoding == T3:
+        if codes.shape != (n, groups * t3_bytes_per_group(group_size)):
+            raise ValueError("t3 codes have the wrong shape")
+    else:
+        raise ValueError(f"unknown encoding {encoding!r}")
+    if codes.dtype != torch.uint8 or scales.dtype != torch.float16:
+        raise ValueError("codes must be uint8 and scales float16")
+    if not (codes.is_contiguous() and scales.is_contiguous()):
+        raise ValueError("codes and scales must be contiguous")
+    if group_size & (group_size - 1):
+        raise ValueError("group size must be a power of two for the Triton kernels")
+    return n, k
+
+
+def _as_rows(x: torch.Tensor) -> torch.Tensor:
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
+def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg):
+    bn, bk, sk, warps = cfg
+    m = x2.shape[0]
+    t3 = encoding == T3
+    wv = w if t3 else w.view(torch.int32)
+    w2v = (w2 if t3 else w2.view(torch.int32)) if dual else wv
+    n_tiles = triton.cdiv(n, bn)
+    if sk > 1:
+        part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=x2.device)
+        cnt = _counter_buffer(x2.device, m * n_tiles)
+    else:
+        part = cnt = y2  # unused
+    _gemv_kernel[(m, n_tiles, sk)](
+        x2, x2.stride(0), nw if nw is not None else x2,
+        wv, s, w2v, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, k, float(eps), float(norm_offset),
+        G=g, T3=t3, NBG=t3_bytes_per_group(g) if t3 else 1,
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk,
+        NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
+        num_warps=warps,
+    )
+
+
+def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, dual) -> tuple:
+    if INTERPRET:
+        bn, bk, sk, w_ = _INTERPRET_GEMV
+        return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
+    key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
+    cfg = _tuned.get(key)
+    if cfg is not None:
+        return cfg
+    m = x2.shape[0]
+    cands = []
+    for bn, bk, sk, warps in _GEMV_CANDIDATES:
+        n_kb = triton.cdiv(k, bk)
+        if sk > n_kb or m * triton.cdiv(n, bn) * sk < 64:
+            continue
+        cands.append((bn, bk, sk, warps))
+    if not cands:
+        cands = [(16, 256, 1, 4)]
+    y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
+    best, best_t = cands[0], float("inf")
+    for cfg in cands:
+        def run(cfg=cfg):
+            _gemv_launch(x2, nw, w, s, w2, s2, r2, y, n, k, g, encoding, eps, norm_offset, dual, cfg)
+        try:
+            t = _bench(run)
+        except Exception:  # a config the compiler rejects (e.g. out of resources) is skipped
+            continue
+        if t < best_t:
+            best, best_t = cfg, t
+    with _lock:
+        _tuned[key] = best
+    return best
+
+
+def _gemv(x, codes, scales, group_size, encoding, *, out=None, residual=None, norm_weight=None,
+          eps=1e-6, norm_offset=0.0, up_codes=None, up_scales=None, config=None) -> torch.Tensor:
+    dual = up_codes is not None
+    n, k = _check(x, codes, scales, group_size, encoding)
+    if dual:
+        _check(x, up_codes, up_scales, group_size, encoding)
+        if up_scales.shape[0] != n:
+            raise ValueError("gate and up projections must have the same number of rows")
+    x2 = _as_rows(x)
+    m = x2.shape[0]
+    lead = x.shape[:-1]
+    y2 = out.view(m, n) if out is not None else torch.empty(m, n, dtype=x.dtype, device=x.device)
+    r2 = residual.reshape(m, n) if residual is not None else None
+    nw = norm_weight.contiguous() if norm_weight is not None else None
+    cfg = config or _gemv_config(x2, nw, codes, scales, up_codes, up_scales, r2, n, k, group_size, encoding,
+                                 eps, norm_offset, dual)
+    _gemv_launch(x2, nw, codes, scales, up_codes, up_scales, r2, y2, n, k, group_size, encoding, eps,
+                 norm_offset, dual, cfg)
+    return out if out is not None else y2.view(*lead, n)
+
+
+def ternary_matvec(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
+                   encoding: str = T2, *, out: torch.Tensor | None = None,
+                   residual: torch.Tensor | None = None, config: tuple | None = None) -> torch.Tensor:
+    """``y = x @ W^T (+ residual)`` for ``x [..., K]`` with at most 8 rows (decode). fp32 accumulate;
+    output in x's dtype. ``out`` may alias ``residual`` (in-place residual stream update)."""
+    return _gemv(x, codes, scales, group_size, encoding, out=out, residual=residual, config=config)
+
+
+def fused_rmsnorm_matvec(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, codes: torch.Tensor,
+                         scales: torch.Tensor, group_size: int, encoding: str = T2, *,
+                         weight_offset: float = 0.0, out: torch.Tensor | None = None,
+                         config: tuple | None = None) -> torch.Tensor:
+    """``rmsnorm(x) @ W^T`` in one launch: each program recomputes 1/rms(x) (x is tiny)."""
+    return _gemv(x, codes, scales, group_size, encoding, out=out, norm_weight=norm_weight, eps=eps,
+                 norm_offset=weight_offset, config=config)
+
+
+def swiglu_matvec(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
+                  encoding: str = T2, *, up_codes: torch.Tensor | None = None,
+                  up_scales: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+                  eps: float = 1e-6, weight_offset: float = 0.0, out: torch.Tensor | None = None,
+                  config: tuple | None = None) -> torch.Tensor:
+    """``silu(x Wg^T) * (x Wu^T)`` in one launch reading both weights (optionally on rmsnorm(x)).
+
+    Pass gate and up separately (``up_codes``/``up_scales``) or as one row-fused ``[2I, ...]``
+    matrix (gate rows first, as ``torch.cat`` of the two TernaryTensors gives).
+    """
+    if up_codes is None:
+        if codes.shape[0] % 2:
+            raise ValueError("a fused gate_up matrix must have an even number of rows")
+        half = codes.shape[0] // 2
+        codes, up_codes = codes[:half], codes[half:]
+        scales, up_scales = scales[:half], scales[half:]
+    return _gemv(x, codes, scales, group_size, encoding, out=out, norm_weight=norm_weight, eps=eps,
+                 norm_offset=weight_offset, up_codes=up_codes, up_scales=up_scales, config=config)
+
+
+def ternary_dequantize(codes: torch.Tensor, scales: torch.Tensor, group_size: int, encoding: str = T2,
+                       dtype: torch.dtype = torch.float16, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Dense ``[N, K]`` copy (into ``out`` when given, e.g. a reused per-layer buffer)."""
+    n, groups = scales.shape
+    k = groups * group_size
+    _check(torch.empty(0, k, device="meta"), codes, scales, group_size, encoding)
+    if out is None:
+        out = torch.empty(n, k, dtype=dtype, device=codes.device)
+    bn, bk = (16, 64) if INTERPRET else (32, 256)
+    bk = max(bk, group_size) if encoding == T3 else bk
+    t3 = encoding == T3
+    grid = (triton.cdiv(n, bn), triton.cdiv(k, bk))
+    _dequant_kernel[grid](codes, scales, out, n, k, G=group_size, T3=t3,
+                          NBG=t3_bytes_per_group(group_size) if t3 else 1, BLOCK_N=bn, BLOCK_K=bk)
+    return out
+
+
+_dq_buffers: dict[tuple, torch.Tensor] = {}
+DEQUANT_BUFFER_ELEMS = 32 << 20  # 64 MB of bf16: matrices larger than this are done in row chunks
+
+
+def _dequant_matmul(x2, codes, scales, group_size, encoding, y2, r2) -> None:
+    n, groups = scales.shape
+    k = groups * group_size
+    key = (x2.device, x2.dtype)
+    rows = max(1, min(n, DEQUANT_BUFFER_ELEMS // k))
+    buf = _dq_buffers.get(key)
+    if buf is None or buf.numel() < rows * k:
+        buf = torch.empty(rows * k, dtype=x2.dtype, device=x2.device)
+        _dq_buffers[key] = buf
+    for r0 in range(0, n, rows):
+        r1 = min(n, r0 + rows)
+        wb = buf[: (r1 - r0) * k].view(r1 - r0, k)
+        ternary_dequantize(codes[r0:r1], scales[r0:r1], group_size, encoding, out=wb)
+        if r2 is not None:
+            torch.addmm(r2[:, r0:r1], x2, wb.t(), out=y2[:, r0:r1])
+        else:
+            torch.matmul(x2, wb.t(), out=y2[:, r0:r1])
+
+
+def _mm_launch(x2, codes, scales, group_size, encoding, y2, r2, cfg) -> None:
+    bm, bn, warps = cfg
+    m = x2.shape[0]
+    n, groups = scales.shape
+    t3 = encoding == T3
+    grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
+    _mm_kernel[grid](x2, x2.stride(0), codes, scales, r2 if r2 is not None else y2,
+                     r2.stride(0) if r2 is not None else 0, y2, y2.stride(0), m, n, groups * group_size,
+                     G=group_size, T3=t3, NBG=t3_bytes_per_group(group_size) if t3 else 1,
+                     BLOCK_M=bm, BLOCK_N=bn, RESIDUAL=r2 is not None, IEEE=x2.dtype == torch.float32,
+                     num_warps=warps)
+
+
+def _prefill_choice(x2, codes, scales, group_size, encoding, y2, r2) -> tuple:
+    if INTERPRET:
+        return ("mm", (16, 16, 4))
+    m = x2.shape[0]
+    n = scales.shape[0]
+    key = _key("prefill", triton.next_power_of_2(m), n, scales.shape[1] * group_size, group_size, encoding,
+               x2.dtype)
+    choice = _tuned.get(key)
+    if choice is not None:
+        return (choice[0], tuple(choice[1]) if choice[1] else None)
+    y = torch.empty_like(y2)
+    best, best_t = ("dequant", None), _bench(lambda: _dequant_matmul(x2, codes, scales, group_size, encoding, y, None))
+    for cfg in _MM_CANDIDATES:
+        try:
+            t = _bench(lambda cfg=cfg: _mm_launch(x2, codes, scales, group_size, encoding, y, None, cfg))
+        except Exception:
+            continue
+        if t < best_t:
+            best, best_t = ("mm", cfg), t
+    with _lock:
+        _tuned[key] = (best[0], list(best[1]) if best[1] else None)
+    return best
+
+
+def ternary_matmul(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
+                   encoding: str = T2, *, out: torch.Tensor | None = None,
+                   residual: torch.Tensor | None = None, prefill_path: str | None = None) -> torch.Tensor:
+    """``x @ W^T (+ residual)`` for any number of rows: mat-vec up to 8 rows, else the measured
+    faster of the in-kernel-dequant GEMM (``"mm"``) and dequant-into-buffer + cuBLAS (``"dequant"``)."""
+    n, k = _check(x, codes, scales, group_size, encoding)
+    x2 = _as_rows(x)
+    m = x2.shape[0]
+    if m <= MATVEC_MAX_M and prefill_path is None:
+        return ternary_matvec(x, codes, scales, group_size, encoding, out=out, residual=residual)
+    y2 = out.view(m, n) if out is not None else torch.empty(m, n, dtype=x.dtype, device=x.device)
+    r2 = residual.reshape(m, n) if residual is not None else None
+    if prefill_path == "mm":
+        choice = ("mm", (16, 16, 4) if INTERPRET else _MM_CANDIDATES[0])
+    elif prefill_path == "dequant":
+        choice = ("dequant", None)
+    else:
+        choice = _prefill_choice(x2, codes, scales, group_size, encoding, y2, r2)
+    if choice[0] == "mm":
+        _mm_launch(x2, codes, scales, group_size, encoding, y2, r2, choice[1])
+    else:
+        _dequant_matmul(x2, codes, scales, group_size, encoding, y2, r2)
+    return out if out is not None else y2.view(*x.shape[:-1], n)
+
+
+# ---------------------------------------------------------------------------------------------
+# backend registration
+# ---------------------------------------------------------------------------------------------
+
+class TritonLinear(linear.LinearWeight):
+    """Packed codes + fp16 scales on the GPU exactly as stored; every call reads them directly."""
+
+    backend = "triton"
+
+    def __init__(self, t: TernaryTensor, device: torch.device | str = "cuda") -> None:
+        super().__init__(t)
+        self.encoding = t.encoding
+        self.register_buffer("codes", t.codes.to(device).contiguous(), persistent=False)
+        self.register_buffer("scales", t.scales.to(device).contiguous(), persistent=False)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        return ternary_matmul(x, self.codes, self.scales, self.group_size, self.encoding, residual=residual)
+
+
+def _register() -> None:
+    if INTERPRET or torch.cuda.is_available():
+        linear.BACKENDS.setdefault("triton", TritonLinear)
+    f = _device_tuned_file()
+    if f is not None:
+        load_tuned(f)
+
+
+_register()

@@ -1,0 +1,295 @@
+"""Qwen3 dense transformer (Ternary Bonsai 1.7B / 4B / 8B) over ternary weights.
+
+Reads like gpt-fast's ``model.py``: embedding -> N x (RMSNorm, GQA attention with per-head q/k
+RMSNorm and RoPE, RMSNorm, SwiGLU MLP) -> RMSNorm -> LM head. Every matmul goes through
+:func:`runtime.kernels.linear.prepare_linear`, so the model never knows which kernel runs it; weights
+are prepared (and q/k/v and gate/up fused) once at load. Numerics follow Hugging Face's
+``Qwen3ForCausalLM`` (fp32 RMSNorm, rotate-half RoPE applied after q/k norm, softmax attention).
+
+``forward(tokens, input_pos)`` takes positions as a tensor and writes a static
+:class:`runtime.kv_cache.KVCache`; with ``kv_len=None`` it attends over the whole cache with a
+mask, which is the shape a CUDA-graph decode step wants.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelError
+from runtime.formats import codecs
+from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor
+from runtime.generation import CancelToken
+from runtime.kernels.linear import prepare_linear
+from runtime.kv_cache import KVCache
+from runtime.model.config import ModelConfig
+from runtime.model.rope import RotaryTables, apply_rope
+
+_OPTIONAL_BACKEND_MODULES = ("runtime.kernels.cpu_int4", "runtime.kernels.triton_linear")
+
+
+def register_optional_backends() -> None:
+    """Import backend modules that exist so they add themselves to ``linear.BACKENDS``.
+
+    Missing modules (not written yet) or missing dependencies (no triton on CPU-only installs) are
+    fine: the reference backend always remains.
+    """
+    for name in _OPTIONAL_BACKEND_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF Qwen3RMSNorm: normalise in fp32, cast back, then scale."""
+    xf = x.to(torch.float32)
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class DenseLinear(torch.nn.Module):
+    """A plain floating-point weight (for sources that store a matrix densely)."""
+
+    backend = "dense"
+
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight", weight, persistent=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight.to(x.dtype))
+
+
+class TernaryEmbedding(torch.nn.Module):
+    """Embedding lookup on a packed ternary table: gather the requested rows, dequantize only them."""
+
+    def __init__(self, t: TernaryTensor, device: torch.device) -> None:
+        super().__init__()
+        self.rows, self.cols = t.shape
+        self.group_size = t.group_size
+        self.encoding = t.encoding
+        self.register_buffer("codes", t.codes.to(device), persistent=False)
+        self.register_buffer("scales", t.scales.to(device), persistent=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.codes.numel() + self.scales.numel() * 2
+
+    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        codes = self.codes.index_select(0, ids)
+        scales = self.scales.index_select(0, ids)
+        if self.encoding == T2:
+            trits = codecs.unpack_t2(codes)
+        else:
+            trits = codecs.unpack_t3(codes, self.cols, self.group_size)
+        w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, self.group_size)
+        w = w * scales.to(torch.float32).unsqueeze(-1)
+        return w.reshape(len(ids), self.cols).to(dtype)
+
+
+class DenseEmbedding(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight, persistent=False)
+
+    @property
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return F.embedding(ids, self.weight).to(dtype)
+
+
+def _fuse_rows(parts: list[TernaryTensor | DenseTensor]) -> TernaryTensor | DenseTensor | None:
+    """Stack matrices that share their input (q/k/v, gate/up) into one; None if layouts differ."""
+    first = parts[0]
+    if all(isinstance(p, TernaryTensor) for p in parts):
+        tparts = [p for p in parts if isinstance(p, TernaryTensor)]
+        same = all(p.shape[1] == first.shape[1] and p.group_size == first.group_size
+                   and p.encoding == first.encoding for p in tparts)
+        if not same:
+            return None
+        rows = sum(p.shape[0] for p in tparts)
+        return TernaryTensor((rows, first.shape[1]), first.group_size,
+                             torch.cat([p.codes for p in tparts]), torch.cat([p.scales for p in tparts]),
+                             first.encoding)
+    if all(isinstance(p, DenseTensor) for p in parts):
+        return DenseTensor(torch.cat([p.data for p in parts]))  # type: ignore[union-attr]
+    return None
+
+
+class _FusedOrSplit(torch.nn.Module):
+    """One matmul over row-stacked weights when possible, otherwise one per part; same output."""
+
+    def __init__(self, parts: list[TernaryTensor | DenseTensor], make: Callable[..., torch.nn.Module]) -> None:
+        super().__init__()
+        self.sizes = [p.shape[0] for p in parts]
+        fused = _fuse_rows(parts)
+        self.fused = make(fused) if fused is not None else None
+        self.parts = torch.nn.ModuleList([]) if fused is not None else torch.nn.ModuleList(make(p) for p in parts)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.fused is not None:
+            return list(self.fused(x).split(self.sizes, dim=-1))
+        return [m(x) for m in self.parts]
+
+
+class Qwen3Block(torch.nn.Module):
+    """One decoder layer. Linear modules are whatever the kernel backend prepared."""
+
+    def __init__(self, config: ModelConfig, layer: int, tensors: dict, make: Callable[..., torch.nn.Module],
+                 norm: Callable[[str], torch.Tensor]) -> None:
+        super().__init__()
+        p = f"model.layers.{layer}."
+        self.layer = layer
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        self.eps = config.rms_norm_eps
+        self.qkv = _FusedOrSplit([tensors[p + f"self_attn.{n}_proj.weight"] for n in "qkv"], make)
+        self.o_proj = make(tensors[p + "self_attn.o_proj.weight"])
+        self.gate_up = _FusedOrSplit([tensors[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up")], make)
+        self.down_proj = make(tensors[p + "mlp.down_proj.weight"])
+        self.register_buffer("input_norm", norm(p + "input_layernorm.weight"), persistent=False)
+        self.register_buffer("post_norm", norm(p + "post_attention_layernorm.weight"), persistent=False)
+        self.register_buffer("q_norm", norm(p + "self_attn.q_norm.weight"), persistent=False)
+        self.register_buffer("k_norm", norm(p + "self_attn.k_norm.weight"), persistent=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
+                cache: KVCache, kv_len: int | None, mask: torch.Tensor | None) -> torch.Tensor:
+        t = x.shape[0]
+        h = rms_norm(x, self.input_norm, self.eps)
+        q, k, v = self.qkv(h)
+        q = rms_norm(q.view(t, self.num_heads, self.head_dim), self.q_norm, self.eps)
+        k = rms_norm(k.view(t, self.num_kv_heads, self.head_dim), self.k_norm, self.eps)
+        v = v.view(t, self.num_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        kc, vc = cache.update(self.layer, input_pos, k, v, kv_len)
+        attn = F.scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0), kc.unsqueeze(0).to(q.dtype), vc.unsqueeze(0).to(q.dtype),
+            attn_mask=mask, enable_gqa=self.num_heads != self.num_kv_heads,
+        )
+        x = x + self.o_proj(attn[0].transpose(0, 1).reshape(t, self.num_heads * self.head_dim))
+        h = rms_norm(x, self.post_norm, self.eps)
+        gate, up = self.gate_up(h)
+        return x + self.down_proj(F.silu(gate) * up)
+
+
+class Qwen3Model(torch.nn.Module):
+    """The whole model plus its KV cache. Build with :meth:`from_model_data`."""
+
+    def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
+                 max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
+                 progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None) -> None:
+        super().__init__()
+        if config.arch != "qwen3":
+            raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3 dense model")
+        self.config, self.device, self.dtype = config, device, dtype
+        tensors = data.tensors
+        missing = [n for n in _required_names(config) if n not in tensors]
+        if missing:
+            raise ModelFormatError(f"model is missing tensor {missing[0]!r} ({len(missing)} missing in total)")
+        register_optional_backends()
+
+        def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
+            if isinstance(t, TernaryTensor):
+                return prepare_linear(t, device, backend)
+            return DenseLinear(t.data.to(device=device, dtype=dtype))
+
+        def norm(name: str) -> torch.Tensor:
+            t = tensors[name]
+            if not isinstance(t, DenseTensor):
+                raise ModelFormatError(f"norm weight {name!r} must be a dense tensor")
+            return t.data.to(device=device, dtype=dtype)
+
+        embed = tensors["model.embed_tokens.weight"]
+        if embed.shape[1] != config.hidden_size:
+            raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {config.hidden_size}")
+        self.vocab_size = embed.shape[0]
+        self.embed: torch.nn.Module = (TernaryEmbedding(embed, device) if isinstance(embed, TernaryTensor)
+                                       else DenseEmbedding(embed.data.to(device=device, dtype=dtype)))
+        blocks = []
+        for i in range(config.num_layers):
+            if cancel is not None and cancel.cancelled:
+                raise CancelledError("model loading was cancelled")
+            blocks.append(Qwen3Block(config, i, tensors, make, norm))
+            if progress is not None:
+                progress("preparing weights", (i + 1) / (config.num_layers + 1))
+        self.layers = torch.nn.ModuleList(blocks)
+        self.register_buffer("final_norm", norm("model.norm.weight"), persistent=False)
+        self.tied = config.tie_word_embeddings
+        self.lm_head = make(embed if self.tied else tensors["lm_head.weight"])
+        self.rope = RotaryTables(config, max_positions, device)
+        self.cache = KVCache(config.num_layers, config.num_kv_heads, max_positions, config.head_dim,
+                             kv_dtype or dtype, device)
+        if progress is not None:
+            progress("preparing weights", 1.0)
+
+    @classmethod
+    def from_model_data(cls, data: ModelData, device: torch.device | str = "cpu",
+                        dtype: torch.dtype | None = None, max_positions: int | None = None,
+                        **kwargs) -> Qwen3Model:
+        """Prepare ``data`` for ``device``. fp32 on CPU (exact parity), bf16 on CUDA by default."""
+        device = torch.device(device)
+        if dtype is None:
+            dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        max_positions = max_positions or data.config.max_position_embeddings
+        return cls(data.config, data, device, dtype, max_positions, **kwargs)
+
+    @property
+    def max_positions(self) -> int:
+        return self.cache.max_positions
+
+    def setup_cache(self, max_positions: int, dtype: torch.dtype | None = None) -> None:
+        """Reallocate the KV cache and RoPE tables for a new context length (drops cached tokens)."""
+        dtype = dtype or self.cache.k.dtype
+        self.cache = KVCache(0, 0, 0, 0, dtype, self.device)  # free the old buffers first
+        self.cache = KVCache(self.config.num_layers, self.config.num_kv_heads, max_positions,
+                             self.config.head_dim, dtype, self.device)
+        self.rope = RotaryTables(self.config, max_positions, self.device)
+
+    def weight_bytes(self) -> int:
+        """Bytes of prepared weights resident on the device (excludes the KV cache)."""
+        tensors = list(self.named_buffers()) + list(self.named_parameters())
+        return sum(b.numel() * b.element_size() for n, b in tensors if not n.startswith(("cache.", "rope.")))
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
+                last_only: bool = False) -> torch.Tensor:
+        """Logits (fp32) for ``tokens [T]`` at positions ``input_pos [T]``; writes their K/V.
+
+        ``kv_len`` (a Python int, usually ``input_pos[-1] + 1``) limits attention to the filled
+        part of the cache; ``None`` attends over all positions with a mask (static shapes).
+        ``last_only`` computes the LM head for the last token only (prefill).
+        """
+        x = self.embed(tokens, self.dtype)
+        cos, sin = self.rope(input_pos, self.dtype)
+        length = kv_len if kv_len is not None else self.cache.max_positions
+        mask = None
+        if kv_len is None or tokens.shape[0] > 1:
+            mask = torch.arange(length, device=tokens.device)[None, :] <= input_pos[:, None]
+        for block in self.layers:
+            x = block(x, cos, sin, input_pos, self.cache, kv_len, mask)
+        if last_only:
+            x = x[-1:]
+        x = rms_norm(x, self.final_norm, self.config.rms_norm_eps)
+        return self.lm_head(x).to(torch.float32)
+
+
+def _required_names(config: ModelConfig) -> list[str]:
+    names = ["model.embed_tokens.weight", "model.norm.weight"]
+    for i in range(config.num_layers):
+        p = f"model.layers.{i}."
+        names += [p + f"self_attn.{n}_proj.weight" for n in "qkvo"]
+        names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
+        names += [p + f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")]
+        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
+    if not config.tie_word_embeddings:
+        names.append("lm_head.weight")
+    return names

@@ -1,0 +1,433 @@
+"""Running a model whose weights do not all fit on the GPU: layers kept in host memory.
+
+Two ways to run a layer that lives on the host (the planner picks one per machine, see
+:mod:`runtime.planner`):
+
+* **stream** (:class:`LayerStreamer`): the layer's prepared GPU tensors (whatever the kernel
+  backend made of them) are moved into one pinned host buffer per layer. Two GPU *staging slots*
+  (each the size of the largest streamed layer) are reused in turn: streamed layer ``j`` runs from
+  slot ``j % 2``; while it computes, the copy of layer ``j + 1`` into the other slot is already in
+  flight on a side stream, and as soon as layer ``j`` is done its slot receives layer ``j + 2``.
+  The layer's tensors are rebound once to fixed views into its slot, so addresses never change and
+  the whole step, copies included, can be captured in a CUDA graph. Cost per token: streamed
+  bytes / host->device bandwidth (overlapped with the GPU-resident layers' compute).
+* **cpu** (:class:`HostComputedLayer`): the layer is built with the CPU backend and runs on the
+  CPU; the hidden state crosses the bus twice per token and the layer's KV cache lives in host
+  RAM. Cost per token: layer bytes / CPU matvec throughput. Not capturable in a CUDA graph.
+
+The embedding table can also stay on the host (:class:`HostEmbedding`): a decode step gathers one
+row. Every wrapper keeps the wrapped module's call signature, so the model's forward is unchanged.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from runtime.planner import OffloadCosts, Plan
+
+_ALIGN = 256
+DEFAULT_KEEP_ON_DEVICE = ("cache", "state")  # tensor names that must stay on the GPU (KV / recurrent)
+
+
+def _map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple):
+        return tuple(_map_tensors(o, fn) for o in obj)
+    if isinstance(obj, list):
+        return [_map_tensors(o, fn) for o in obj]
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+# ----------------------------------------------------------------------------------------------
+# Streaming
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Binding:
+    module: torch.nn.Module
+    attr: str
+    kind: str  # "buffer" | "param" | "attr"
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_key: int
+    elem_offset: int  # storage_offset() in elements
+
+
+def _collect_bindings(block: torch.nn.Module, device: torch.device,
+                      keep: tuple[str, ...]) -> list[_Binding]:
+    """Every tensor of ``block`` on ``device`` (buffers, parameters, plain tensor attributes)."""
+    out = []
+    for mname, mod in block.named_modules():
+        items: list[tuple[str, str, torch.Tensor]] = []
+        items += [(n, "buffer", t) for n, t in mod._buffers.items() if t is not None]
+        items += [(n, "param", t) for n, t in mod._parameters.items() if t is not None]
+        items += [(n, "attr", t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor)]
+        for name, kind, t in items:
+            full = f"{mname}.{name}" if mname else name
+            if any(k in full for k in keep) or t.device != device:
+                continue
+            out.append(_Binding(mod, name, kind, t.dtype, tuple(t.shape), tuple(t.stride()),
+                                t.untyped_storage().data_ptr(), t.storage_offset()))
+    return out
+
+
+def _rebind(b: _Binding, base: torch.Tensor, byte_offset: int) -> None:
+    """Point binding ``b`` at storage ``base`` (uint8) starting at ``byte_offset``."""
+    el = torch.empty((), dtype=b.dtype).element_size()
+    typed = base.view(b.dtype)  # base is aligned and a whole number of elements long
+    view = typed.as_strided(b.shape, b.stride, typed.storage_offset() + byte_offset // el + b.elem_offset)
+    if b.kind == "buffer":
+        b.module._buffers[b.attr] = view
+    elif b.kind == "param":
+        b.module._parameters[b.attr] = torch.nn.Parameter(view, requires_grad=False)
+    else:
+        object.__setattr__(b.module, b.attr, view)
+
+
+class StreamedLayer(torch.nn.Module):
+    """A layer whose weights live in pinned host memory and are copied to a GPU slot before use."""
+
+    def __init__(self, block: torch.nn.Module, streamer: LayerStreamer, index: int) -> None:
+        super().__init__()
+        self.block = block
+        self.index = index
+        object.__setattr__(self, "_streamer", streamer)  # not a submodule (no recursion in .to())
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        st: LayerStreamer = self._streamer  # type: ignore[assignment]
+        st.before(self.index)
+        out = self.block(*args, **kwargs)
+        st.after(self.index)
+        return out
+
+
+class LayerStreamer:
+    """Owns the pinned host copies, the two GPU staging slots, the copy stream and its events.
+
+    Use: ``wrapped = streamer.adopt(block)`` for each streamed layer *in execution order* (the block
+    must already be prepared on ``device``), then ``streamer.finish()`` once. Tensors whose name
+    contains one of ``keep`` (KV cache, recurrent state) are left where they are.
+    """
+
+    def __init__(self, device: torch.device | str, keep: tuple[str, ...] = DEFAULT_KEEP_ON_DEVICE) -> None:
+        self.device = torch.device(device)
+        self.keep = keep
+        self.layers: list[StreamedLayer] = []
+        self._host: list[torch.Tensor] = []  # one pinned uint8 buffer per layer
+        self._layout: list[list[tuple[_Binding, int]]] = []  # per layer: (binding, byte offset)
+        self._bytes: list[int] = []
+        self.slots: list[torch.Tensor] = []
+        self.resident = False  # <= 2 streamed layers: each gets its own slot, copied once
+        self.finished = False
+        cuda = self.device.type == "cuda"
+        self._copy_stream = torch.cuda.Stream(self.device) if cuda else None
+        self._ready: list[Any] = []
+        self._free: list[Any] = []
+        self._issued: set[int] = set()
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(self._bytes)
+
+    @property
+    def slot_bytes(self) -> int:
+        return sum(s.numel() for s in self.slots)
+
+    def adopt(self, block: torch.nn.Module) -> StreamedLayer:
+        """Move ``block``'s device tensors into a pinned host buffer; return the streaming wrapper."""
+        if self.finished:
+            raise RuntimeError("LayerStreamer.adopt after finish()")
+        bindings = _collect_bindings(block, self.device, self.keep)
+        storages: dict[int, tuple[int, torch.Tensor]] = {}  # key -> (byte offset, source bytes)
+        total = 0
+        sources: dict[int, torch.Tensor] = {}
+        for b in bindings:
+            if b.storage_key in sources:
+                continue
+            t = _lookup(b)
+            raw = torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+            sources[b.storage_key] = raw
+            storages[b.storage_key] = (total, raw)
+            total += (raw.numel() + _ALIGN - 1) // _ALIGN * _ALIGN
+        host = torch.empty(max(total, _ALIGN), dtype=torch.uint8, pin_memory=self.device.type == "cuda")
+        for off, raw in storages.values():
+            host[off:off + raw.numel()].copy_(raw)
+        layout = [(b, storages[b.storage_key][0]) for b in bindings]
+        for b, off in layout:  # point the block at host memory until finish() gives it a slot
+            _rebind(b, host, off)
+        del sources, storages
+        self._host.append(host)
+        self._layout.append(layout)
+        self._bytes.append(total)
+        wrapped = StreamedLayer(block, self, len(self.layers))
+        self.layers.append(wrapped)
+        return wrapped
+
+    def finish(self) -> None:
+        """Allocate the staging slots and bind every layer to its slot."""
+        n = len(self.layers)
+        if n == 0 or self.finished:
+            self.finished = True
+            return
+        self.resident = n <= 2
+        if self.resident:
+            self.slots = [torch.empty(b, dtype=torch.uint8, device=self.device) for b in self._bytes]
+        else:
+            size = max(self._bytes)
+            self.slots = [torch.empty(size, dtype=torch.uint8, device=self.device) for _ in range(2)]
+        for j, layout in enumerate(self._layout):
+            slot = self.slots[j] if self.resident else self.slots[j % 2]
+            for b, off in layout:
+                _rebind(b, slot, off)
+        if self.resident:
+            for j in range(n):
+                self.slots[j][: self._bytes[j]].copy_(self._host[j][: self._bytes[j]])
+        if self._copy_stream is not None:
+            self._ready = [torch.cuda.Event() for _ in range(n)]
+            self._free = [torch.cuda.Event() for _ in range(2)]
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()  # return the freed per-layer GPU copies to the driver
+        self.finished = True
+
+    def _slot(self, j: int) -> torch.Tensor:
+        return self.slots[j % 2]
+
+    def _issue(self, j: int, wait_free: bool) -> None:
+        if j in self._issued or j >= len(self.layers):
+            return
+        self._issued.add(j)
+        nb = self._bytes[j]
+        if self._copy_stream is None:  # CPU "device" (tests): a plain synchronous copy
+            self._slot(j)[:nb].copy_(self._host[j][:nb])
+            return
+        with torch.cuda.stream(self._copy_stream):
+            if wait_free:
+                self._copy_stream.wait_event(self._free[j % 2])
+            self._slot(j)[:nb].copy_(self._host[j][:nb], non_blocking=True)
+            self._ready[j].record(self._copy_stream)
+
+    def before(self, j: int) -> None:
+        if not self.finished:
+            raise RuntimeError("LayerStreamer.finish() was not called after adopting layers")
+        if self.resident:
+            return
+        cur = torch.cuda.current_stream(self.device) if self._copy_stream is not None else None
+        if j == 0 or j not in self._issued:
+            # start of a step: everything before ran on the current stream, so forking the copy
+            # stream from it orders the copies after the previous use of both slots (and is legal
+            # inside CUDA-graph capture, unlike waiting on an event recorded outside it)
+            if self._copy_stream is not None:
+                self._copy_stream.wait_stream(cur)
+            self._issue(j, wait_free=False)
+            self._issue(j + 1, wait_free=False)
+        if cur is not None:
+            cur.wait_event(self._ready[j])
+
+    def after(self, j: int) -> None:
+        if self.resident:
+            return
+        n = len(self.layers)
+        if self._copy_stream is not None:
+            self._free[j % 2].record(torch.cuda.current_stream(self.device))
+        self._issue(j + 2, wait_free=True)
+        if j == n - 1:
+            if self._copy_stream is not None:  # join the copy stream back (graph capture needs it)
+                torch.cuda.current_stream(self.device).wait_stream(self._copy_stream)
+            self._issued.clear()
+
+
+def _lookup(b: _Binding) -> torch.Tensor:
+    if b.kind == "buffer":
+        return b.module._buffers[b.attr]
+    if b.kind == "param":
+        return b.module._parameters[b.attr]
+    return getattr(b.module, b.attr)
+
+
+# ----------------------------------------------------------------------------------------------
+# Computing on the CPU
+# ----------------------------------------------------------------------------------------------
+
+
+class _HostLayerCache:
+    """KV cache of one CPU-computed layer, with the model cache's ``update`` signature."""
+
+    def __init__(self, kv_heads: int, max_positions: int, head_dim: int, dtype: torch.dtype) -> None:
+        self.max_positions = max_positions
+        self.k = torch.zeros(kv_heads, max_positions, head_dim, dtype=dtype)
+        self.v = torch.zeros(kv_heads, max_positions, head_dim, dtype=dtype)
+
+    def update(self, layer: int, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               kv_len: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k.index_copy_(1, input_pos, k.transpose(0, 1).to(self.k.dtype))
+        self.v.index_copy_(1, input_pos, v.transpose(0, 1).to(self.v.dtype))
+        if kv_len is not None:
+            return self.k[:, :kv_len], self.v[:, :kv_len]
+        return self.k, self.v
+
+
+class HostComputedLayer(torch.nn.Module):
+    """Runs a CPU-built layer for a model that otherwise lives on ``device``.
+
+    Tensor arguments are copied to the CPU (floating ones in the layer's own dtype), a cache-like
+    argument (anything with ``update`` and a ``k`` tensor ``[layers, heads, positions, dim]``) is
+    replaced by this layer's own host KV cache, and tensor results are copied back to ``device``.
+    """
+
+    def __init__(self, block: torch.nn.Module, device: torch.device | str) -> None:
+        super().__init__()
+        self.block = block
+        self.device = torch.device(device)
+        floats = [t for t in list(block.buffers()) + list(block.parameters()) if t.is_floating_point()]
+        self.compute_dtype = floats[0].dtype if floats else torch.float32
+        self._cache: _HostLayerCache | None = None
+
+    def _host_cache(self, cache: Any) -> _HostLayerCache:
+        if self._cache is None or self._cache.max_positions != cache.k.shape[2]:
+            _, heads, positions, dim = cache.k.shape
+            self._cache = _HostLayerCache(heads, positions, dim, self.compute_dtype)
+        return self._cache
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        out_dtype = next((a.dtype for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+
+        def to_host(t: torch.Tensor) -> torch.Tensor:
+            return t.to("cpu", dtype=self.compute_dtype) if t.is_floating_point() else t.to("cpu")
+
+        def swap(a: Any) -> Any:
+            if hasattr(a, "update") and isinstance(getattr(a, "k", None), torch.Tensor):
+                return self._host_cache(a)
+            return _map_tensors(a, to_host)
+
+        out = self.block(*[swap(a) for a in args], **{k: swap(v) for k, v in kwargs.items()})
+        return _map_tensors(out, lambda t: t.to(self.device, dtype=out_dtype if t.is_floating_point() and out_dtype else t.dtype))
+
+
+class HostEmbedding(torch.nn.Module):
+    """An embedding kept in host memory: gather (and dequantize) on the CPU, send the rows over."""
+
+    def __init__(self, embed: torch.nn.Module, device: torch.device | str) -> None:
+        super().__init__()
+        self.inner = embed
+        self.device = torch.device(device)
+
+    def forward(self, ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        out = self.inner(ids.to("cpu"), *args, **kwargs)
+        return out.to(self.device, non_blocking=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Applying a plan
+# ----------------------------------------------------------------------------------------------
+
+
+class Placement:
+    """Turns a :class:`~runtime.planner.Plan` into per-layer devices and wrappers for model builders.
+
+    Call in build order: ``layer_device(i)`` to know where to prepare layer ``i``,
+    ``wrap_layer(i, block)`` right after building it, ``embedding_device()`` /
+    ``wrap_embedding(module)`` for the table, and ``finish()`` once at the end.
+    """
+
+    def __init__(self, plan: Plan, device: torch.device | str) -> None:
+        self.plan = plan
+        self.device = torch.device(device)
+        self.cpu_layers = set(plan.cpu_layers) if plan.offload_mode in ("stream", "cpu") else set()
+        self.mode = plan.offload_mode
+        self.streamer = LayerStreamer(self.device) if self.mode == "stream" else None
+
+    @property
+    def graph_safe(self) -> bool:
+        """Whether a decode step can be captured in a CUDA graph with this placement."""
+        return self.mode != "cpu" and self.plan.embedding_device != "cpu" and self.plan.lm_head_device != "cpu"
+
+    def layer_device(self, i: int) -> torch.device:
+        return torch.device("cpu") if (self.mode == "cpu" and i in self.cpu_layers) else self.device
+
+    def embedding_device(self) -> torch.device:
+        return torch.device("cpu") if self.plan.embedding_device == "cpu" else self.device
+
+    def lm_head_device(self) -> torch.device:
+        return torch.device("cpu") if self.plan.lm_head_device == "cpu" else self.device
+
+    def wrap_layer(self, i: int, block: torch.nn.Module) -> torch.nn.Module:
+        if i not in self.cpu_layers:
+            return block
+        if self.mode == "cpu":
+            return HostComputedLayer(block, self.device)
+        assert self.streamer is not None
+        return self.streamer.adopt(block)
+
+    def wrap_embedding(self, embed: torch.nn.Module) -> torch.nn.Module:
+        return HostEmbedding(embed, self.device) if self.plan.embedding_device == "cpu" else embed
+
+    def wrap_lm_head(self, head: torch.nn.Module) -> torch.nn.Module:
+        return HostComputedLayer(head, self.device) if self.plan.lm_head_device == "cpu" else head
+
+    def finish(self) -> None:
+        if self.streamer is not None:
+            self.streamer.finish()
+
+
+# ----------------------------------------------------------------------------------------------
+# Measuring what decides between the two modes
+# ----------------------------------------------------------------------------------------------
+
+
+def measure_offload_costs(device: torch.device | str = "cuda", rows: int = 4096, cols: int = 4096,
+                          h2d_bytes: int = 256 * 1024 * 1024, repeats: int = 5) -> OffloadCosts:
+    """Measure pinned host->device bandwidth, CPU ternary matvec throughput and one activation hop.
+
+    The CPU figure uses the fastest CPU linear backend on a random ternary ``rows x cols`` matrix
+    (packed bytes processed per second, batch 1), which is what a CPU-computed layer costs.
+    """
+    from runtime.kernels.linear import prepare_linear
+    from runtime.synthetic import random_ternary
+
+    device = torch.device(device)
+    t = random_ternary("offload-probe", (rows, cols), seed=0)
+    lin = prepare_linear(t, "cpu")
+    x = torch.randn(1, cols)
+    lin(x)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        lin(x)
+        times.append(time.perf_counter() - t0)
+    cpu_bps = t.nbytes / statistics.median(times)
+    if device.type != "cuda":
+        return OffloadCosts(h2d_bytes_per_s=float("inf"), cpu_bytes_per_s=cpu_bps, hop_s=0.0, measured=True)
+    host = torch.empty(h2d_bytes, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(h2d_bytes, dtype=torch.uint8, device=device)
+    dev.copy_(host, non_blocking=True)
+    torch.cuda.synchronize(device)
+    h2d = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dev.copy_(host, non_blocking=True)
+        b.record()
+        b.synchronize()
+        h2d.append(a.elapsed_time(b) / 1e3)
+    hx = torch.randn(1, cols, device=device)
+    hops = []
+    for _ in range(repeats):
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        hx.to("cpu").to(device)
+        torch.cuda.synchronize(device)
+        hops.append(time.perf_counter() - t0)
+    del host, dev
+    return OffloadCosts(h2d_bytes_per_s=h2d_bytes / statistics.median(h2d), cpu_bytes_per_s=cpu_bps,
+                        hop_s=statistics.median(hops), measured=True)

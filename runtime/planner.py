@@ -1,0 +1,648 @@
+"""Memory planner: how much context fits, and what (if anything) must live on the CPU.
+
+Why: a 27B model on a 6-8 GB card only works if every byte is accounted for before loading, and
+the GUI's "will it fit" badge, ``ternary plan``, ``ternary bench`` and ``Engine.load`` must give
+the same answer. The plan is computed from the model's *real* sizes (per-layer packed bytes,
+embedding, LM head, norms), the KV cache per token (only full-attention layers for the hybrid),
+the fixed recurrent state of Gated-DeltaNet layers, workspace buffers, the CUDA context and a
+safety margin. It is pure arithmetic: no GPU is needed, so ``--gpu-memory 8GiB`` answers for a
+card this machine does not have.
+
+Placement policy when the weights do not fit (cheapest loss first):
+1. the embedding table goes to the CPU (decode only gathers one row per token); with tied
+   embeddings the table *is* the LM head, which is read in full every token, so it stays;
+2. whole decoder layers (the last ones, as one contiguous block) go to the CPU, either
+   *streamed* to the GPU ahead of use (pinned host memory, two GPU staging slots, copies on a
+   side stream) or *computed* on the CPU (the hidden state crosses the bus twice per token);
+   which one is chosen from measured (or default) PCIe and CPU speeds, see :class:`OffloadCosts`;
+3. the LM head goes to the CPU as the last resort.
+The context is then the largest multiple of 256 that fits, up to the model maximum and the cap.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runtime.devices import GiB, MiB, format_bytes
+from runtime.errors import OutOfMemoryError
+from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor, t3_bytes_per_group
+from runtime.model.config import ModelConfig
+
+CTX_ALIGN = 256
+# Torch + cuBLAS + loaded Triton modules, outside max_memory_allocated. Measured on an H200 with
+# torch 2.11/CUDA 13 (see docs/planner.md); consumer cards with older drivers are similar.
+DEFAULT_CUDA_CONTEXT_BYTES = 500 * MiB
+DEFAULT_PREFILL_CHUNK = 512
+KV_DTYPES = {"fp16": 2, "bf16": 2, "int8": 1}
+OFFLOAD_MODES = ("none", "stream", "cpu")
+
+_LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Model sizes
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelSizes:
+    """Bytes of every part of a model that the planner places. Built from a file or a config."""
+
+    config: ModelConfig
+    embedding_bytes: int
+    lm_head_bytes: int  # 0 when tied to the embedding (the table then serves both)
+    layer_bytes: list[int]  # weights of each decoder layer, in layer order
+    other_bytes: int  # final norm and anything else outside layers
+    largest_matrix_elems: int  # rows*cols of the largest in-layer matrix (prefill scratch)
+
+    @property
+    def tied(self) -> bool:
+        return self.lm_head_bytes == 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self.embedding_bytes + self.lm_head_bytes + sum(self.layer_bytes) + self.other_bytes
+
+    @classmethod
+    def from_model_data(cls, md: ModelData) -> ModelSizes:
+        return cls.from_tensor_sizes(md.config, {n: (t.nbytes, _elems(t)) for n, t in md.tensors.items()})
+
+    @classmethod
+    def from_tensor_sizes(cls, cfg: ModelConfig, sizes: dict[str, tuple[int, int]]) -> ModelSizes:
+        """``sizes``: canonical tensor name -> (bytes, elements)."""
+        layers = [0] * cfg.num_layers
+        emb = head = other = largest = 0
+        for name, (nbytes, elems) in sizes.items():
+            m = _LAYER_RE.search(name)
+            if m and int(m.group(1)) < cfg.num_layers:
+                layers[int(m.group(1))] += nbytes
+                largest = max(largest, elems)
+            elif name.endswith("embed_tokens.weight"):
+                emb += nbytes
+            elif name.startswith("lm_head") or name.endswith("lm_head.weight"):
+                head += nbytes
+            else:
+                other += nbytes
+        return cls(cfg, emb, 0 if cfg.tie_word_embeddings else head, layers, other, largest)
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, group_size: int = 128, encoding: str = T2) -> ModelSizes:
+        """Sizes a file with this config would have (every matrix ternary, norms fp32)."""
+        sizes = {}
+        for name, shape, ternary in _tensor_shapes(cfg):
+            elems = 1
+            for d in shape:
+                elems *= d
+            if ternary:
+                rows, cols = shape
+                groups = cols // group_size
+                code_bytes = rows * cols // 4 if encoding == T2 else rows * groups * t3_bytes_per_group(group_size)
+                sizes[name] = (code_bytes + rows * groups * 2, elems)
+            else:
+                sizes[name] = (elems * 4, elems)
+        return cls.from_tensor_sizes(cfg, sizes)
+
+
+def _elems(t: TernaryTensor | DenseTensor) -> int:
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n
+
+
+def _tensor_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, shape, is_ternary) of every tensor; the synthetic-model tensor lists when available."""
+    try:
+        from runtime.synthetic import TENSOR_SPECS
+
+        if cfg.arch in TENSOR_SPECS:
+            return [(s.name, tuple(s.shape), s.kind == "ternary") for s in TENSOR_SPECS[cfg.arch](cfg)]
+    except ImportError:
+        pass
+    if cfg.arch != "qwen35":
+        raise ValueError(f"no tensor list for architecture {cfg.arch!r}")
+    return _qwen35_shapes(cfg)
+
+
+def _qwen35_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
+    """Qwen3.5 hybrid tensor shapes (HF names), used until/unless a synthetic list is registered."""
+    h, hd = cfg.hidden_size, cfg.head_dim
+    hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+    conv_dim = 2 * hk * dk + hv * dv
+    out: list[tuple[str, tuple[int, ...], bool]] = [("model.embed_tokens.weight", (cfg.vocab_size, h), True)]
+    types = cfg.layer_types or ["full_attention"] * cfg.num_layers
+    for i, kind in enumerate(types):
+        p = f"model.layers.{i}."
+        out += [(p + "input_layernorm.weight", (h,), False), (p + "post_attention_layernorm.weight", (h,), False)]
+        if kind == "linear_attention":
+            out += [
+                (p + "linear_attn.in_proj_qkv.weight", (conv_dim, h), True),
+                (p + "linear_attn.in_proj_z.weight", (hv * dv, h), True),
+                (p + "linear_attn.in_proj_b.weight", (hv, h), False),
+                (p + "linear_attn.in_proj_a.weight", (hv, h), False),
+                (p + "linear_attn.conv1d.weight", (conv_dim, 1, cfg.linear_conv_kernel_dim), False),
+                (p + "linear_attn.dt_bias", (hv,), False),
+                (p + "linear_attn.A_log", (hv,), False),
+                (p + "linear_attn.norm.weight", (dv,), False),
+                (p + "linear_attn.out_proj.weight", (h, hv * dv), True),
+            ]
+        else:
+            q_rows = cfg.num_heads * hd * (2 if cfg.attn_output_gate else 1)
+            out += [
+                (p + "self_attn.q_proj.weight", (q_rows, h), True),
+                (p + "self_attn.k_proj.weight", (cfg.num_kv_heads * hd, h), True),
+                (p + "self_attn.v_proj.weight", (cfg.num_kv_heads * hd, h), True),
+                (p + "self_attn.o_proj.weight", (h, cfg.num_heads * hd), True),
+                (p + "self_attn.q_norm.weight", (hd,), False),
+                (p + "self_attn.k_norm.weight", (hd,), False),
+            ]
+        out += [
+            (p + "mlp.gate_proj.weight", (cfg.intermediate_size, h), True),
+            (p + "mlp.up_proj.weight", (cfg.intermediate_size, h), True),
+            (p + "mlp.down_proj.weight", (h, cfg.intermediate_size), True),
+        ]
+    out.append(("model.norm.weight", (h,), False))
+    if not cfg.tie_word_embeddings:
+        out.append(("lm_head.weight", (cfg.vocab_size, h), True))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-token and fixed state sizes
+# ----------------------------------------------------------------------------------------------
+
+
+def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "fp16", layers: int | None = None) -> int:
+    """KV-cache bytes per context token over ``layers`` attention layers (default: all of them).
+
+    int8 stores one fp16 scale per (token, head) for K and for V next to the int8 values.
+    """
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"unknown KV cache type {kv_dtype!r}; choose one of {', '.join(KV_DTYPES)}")
+    n = cfg.kv_layers if layers is None else layers
+    per_head = cfg.head_dim * KV_DTYPES[kv_dtype] + (2 if kv_dtype == "int8" else 0)
+    return n * cfg.num_kv_heads * per_head * 2
+
+
+def recurrent_state_bytes_per_layer(cfg: ModelConfig) -> int:
+    """Fixed state of one Gated-DeltaNet layer: fp32 recurrent [Hv, Dk, Dv] + fp32 conv [C, kernel]."""
+    if cfg.arch != "qwen35":
+        return 0
+    conv_dim = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + cfg.linear_num_value_heads * cfg.linear_value_head_dim
+    rec = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
+    return rec + conv_dim * cfg.linear_conv_kernel_dim * 4
+
+
+def _layer_is_attention(cfg: ModelConfig, i: int) -> bool:
+    return cfg.layer_types is None or cfg.layer_types[i] == "full_attention"
+
+
+def workspace_bytes(cfg: ModelConfig, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, largest_matrix_elems: int = 0) -> int:
+    """Transient buffers: prefill activations for one chunk, a dequantized-matrix scratch for the
+    prefill GEMM, last-token logits and the GPU sampler's sort buffers, plus allocator slack.
+    """
+    h, ffn = cfg.hidden_size, cfg.intermediate_size
+    q_out = cfg.num_heads * cfg.head_dim * (2 if cfg.attn_output_gate else 1)
+    kv_out = cfg.num_kv_heads * cfg.head_dim
+    if cfg.arch == "qwen35":
+        lin = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + 2 * cfg.linear_num_value_heads * cfg.linear_value_head_dim
+        q_out = max(q_out, lin)
+    per_token = 2 * (6 * h + 2 * q_out + 2 * kv_out + 3 * ffn)  # fp16 activations alive at once
+    prefill = prefill_chunk * per_token + 2 * largest_matrix_elems
+    sampler = cfg.vocab_size * (4 * 4 + 4 + 8)  # fp32 logits/probs/noise/work, counts, sorted idx
+    return prefill + sampler + 16 * MiB
+
+
+# ----------------------------------------------------------------------------------------------
+# The plan
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OffloadCosts:
+    """Speeds that decide between streaming layers to the GPU and computing them on the CPU.
+
+    ``h2d_bytes_per_s``: pinned host -> device copy bandwidth; ``cpu_bytes_per_s``: packed weight
+    bytes per second the CPU backend gets through in a batch-1 matvec; ``hop_s``: one
+    activation round-trip GPU -> CPU -> GPU (latency-bound). Defaults are typical desktop values
+    (PCIe 4.0 x16, a few cores); :func:`runtime.offload.measure_offload_costs` measures them.
+    """
+
+    h2d_bytes_per_s: float = 20e9
+    cpu_bytes_per_s: float = 2e9
+    hop_s: float = 100e-6
+    measured: bool = False
+
+    def stream_seconds(self, nbytes: int) -> float:
+        return nbytes / self.h2d_bytes_per_s
+
+    def cpu_seconds(self, nbytes: int) -> float:
+        return nbytes / self.cpu_bytes_per_s + (self.hop_s if nbytes else 0.0)
+
+
+@dataclass
+class MemoryBreakdown:
+    """Predicted peak device memory by part. ``total`` includes the CUDA context."""
+
+    weights: int = 0
+    kv_cache: int = 0
+    recurrent_state: int = 0
+    workspace: int = 0
+    offload_staging: int = 0
+    cuda_context: int = 0
+
+    @property
+    def allocated(self) -> int:
+        """What ``torch.cuda.max_memory_allocated`` should report (everything but the context)."""
+        return self.weights + self.kv_cache + self.recurrent_state + self.workspace + self.offload_staging
+
+    @property
+    def total(self) -> int:
+        return self.allocated + self.cuda_context
+
+    def to_dict(self) -> dict[str, int]:
+        d = asdict(self)
+        d["allocated"] = self.allocated
+        d["total"] = self.total
+        return d
+
+
+@dataclass
+class Plan:
+    """Where every part of the model lives and how much context fits. See module docstring."""
+
+    device: str  # "cuda:0", "cpu", "mps" or "hypothetical" (--gpu-memory)
+    context_length: int
+    max_context: int  # the model's own maximum
+    gpu_layers: list[int]
+    cpu_layers: list[int]
+    embedding_device: str  # "gpu" | "cpu"
+    lm_head_device: str  # "gpu" | "cpu"
+    offload_mode: str  # "none" | "stream" | "cpu"
+    kv_dtype: str
+    prefill_chunk: int
+    budget_bytes: int  # device memory this plan may use (context included)
+    predicted: MemoryBreakdown
+    host_bytes: int  # weights (and KV of CPU-computed layers) kept in host RAM
+    predicted_offload_s_per_token: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def layers_on_gpu(self) -> int:
+        return len(self.gpu_layers)
+
+    @property
+    def layers_on_cpu(self) -> int:
+        return len(self.cpu_layers)
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return self.predicted.total
+
+    @property
+    def fits(self) -> bool:
+        return self.context_length > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "context_length": self.context_length,
+            "max_context": self.max_context,
+            "layers_on_gpu": self.layers_on_gpu,
+            "layers_on_cpu": self.layers_on_cpu,
+            "cpu_layer_indices": list(self.cpu_layers),
+            "embedding_device": self.embedding_device,
+            "lm_head_device": self.lm_head_device,
+            "offload_mode": self.offload_mode,
+            "kv_dtype": self.kv_dtype,
+            "prefill_chunk": self.prefill_chunk,
+            "budget_bytes": self.budget_bytes,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "predicted_breakdown": self.predicted.to_dict(),
+            "host_bytes": self.host_bytes,
+            "predicted_offload_s_per_token": self.predicted_offload_s_per_token,
+            "reasons": list(self.reasons),
+        }
+
+    def describe(self) -> str:
+        """Multi-line human summary (what ``ternary plan`` prints)."""
+        p = self.predicted
+        lines = [
+            f"device:            {self.device}  (budget {format_bytes(self.budget_bytes)})",
+            f"context length:    {self.context_length} tokens (model max {self.max_context})",
+            f"layers:            {self.layers_on_gpu} on GPU, {self.layers_on_cpu} on CPU"
+            + (f" ({self.offload_mode})" if self.cpu_layers else ""),
+            f"embedding:         {self.embedding_device}",
+            f"lm_head:           {self.lm_head_device}",
+            f"KV cache:          {self.kv_dtype}",
+            f"predicted peak:    {format_bytes(p.total)} = weights {format_bytes(p.weights)} + KV {format_bytes(p.kv_cache)}"
+            + (f" + recurrent {format_bytes(p.recurrent_state)}" if p.recurrent_state else "")
+            + f" + workspace {format_bytes(p.workspace)}"
+            + (f" + staging {format_bytes(p.offload_staging)}" if p.offload_staging else "")
+            + f" + CUDA context {format_bytes(p.cuda_context)}",
+            f"host RAM (weights): {format_bytes(self.host_bytes)}",
+            "why:",
+        ]
+        lines += [f"  - {r}" for r in self.reasons]
+        return "\n".join(lines)
+
+
+def _as_sizes(model: ModelData | ModelConfig | ModelSizes) -> ModelSizes:
+    if isinstance(model, ModelSizes):
+        return model
+    if isinstance(model, ModelData):
+        return ModelSizes.from_model_data(model)
+    if isinstance(model, ModelConfig):
+        return ModelSizes.from_config(model)
+    raise TypeError(f"plan_memory needs ModelData, ModelConfig or ModelSizes, got {type(model).__name__}")
+
+
+@dataclass
+class _Placement:
+    cpu_layers: list[int]
+    embedding_gpu: bool
+    lm_head_gpu: bool
+    mode: str
+
+
+def _fixed_gpu_bytes(s: ModelSizes, pl: _Placement, kv_dtype: str, ws: int) -> tuple[MemoryBreakdown, int, int]:
+    """(breakdown without KV, KV bytes per token on the GPU, host bytes) for a placement."""
+    cfg = s.config
+    cpu = set(pl.cpu_layers)
+    weights = s.other_bytes
+    host = 0
+    for i, b in enumerate(s.layer_bytes):
+        if i in cpu:
+            host += b
+        else:
+            weights += b
+    if pl.embedding_gpu or (s.tied and pl.lm_head_gpu):
+        weights += s.embedding_bytes
+    else:
+        host += s.embedding_bytes
+    if s.lm_head_bytes:
+        if pl.lm_head_gpu:
+            weights += s.lm_head_bytes
+        else:
+            host += s.lm_head_bytes
+    # The model's KV cache / recurrent state is one device allocation for all layers (streamed
+    # layers use it; CPU-computed layers keep a host copy of their own, counted in host bytes)
+    on_gpu = list(range(cfg.num_layers))
+    attn_gpu = sum(1 for i in on_gpu if _layer_is_attention(cfg, i))
+    rec_layers = sum(1 for i in on_gpu if not _layer_is_attention(cfg, i))
+    staging = 2 * max((s.layer_bytes[i] for i in cpu), default=0) if pl.mode == "stream" and len(cpu) > 2 else 0
+    if pl.mode == "stream" and 0 < len(cpu) <= 2:
+        staging = sum(s.layer_bytes[i] for i in cpu)  # one slot per streamed layer: copied once
+    br = MemoryBreakdown(weights=weights, recurrent_state=rec_layers * recurrent_state_bytes_per_layer(cfg),
+                         workspace=ws, offload_staging=staging)
+    return br, kv_bytes_per_token(cfg, kv_dtype, layers=attn_gpu), host
+
+
+def _max_context(avail_for_kv: int, kv_per_token: int, cap: int) -> int:
+    if avail_for_kv < 0:
+        return 0
+    if kv_per_token == 0:
+        return cap
+    n = min(cap, avail_for_kv // kv_per_token)
+    return (n // CTX_ALIGN) * CTX_ALIGN
+
+
+def plan_memory(
+    model: ModelData | ModelConfig | ModelSizes,
+    device_memory: int | None = None,
+    *,
+    device: str = "cuda:0",
+    max_vram: int | None = None,
+    ctx_cap: int | None = None,
+    kv_dtype: str = "fp16",
+    min_context: int = 4096,
+    offload_costs: OffloadCosts | None = None,
+    offload_mode: str | None = None,
+    cuda_context_bytes: int = DEFAULT_CUDA_CONTEXT_BYTES,
+    margin_fraction: float = 0.03,
+    min_margin_bytes: int = 64 * MiB,
+    prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    host_memory: int | None = None,
+) -> Plan:
+    """Plan placement and context for ``model`` on a GPU with ``device_memory`` bytes.
+
+    ``device_memory`` is what this process may use on the card, CUDA context included (a card's
+    free memory, or the size of a hypothetical card). ``max_vram`` caps it further. The context
+    aims for ``min(ctx_cap, model max, min_context)`` first (offloading if needed to reach it), then
+    grows to the largest that fits. ``offload_mode`` forces "stream" or "cpu"; by default the
+    cheaper one per token under ``offload_costs`` is chosen. For ``device="cpu"`` everything is on
+    the CPU and only host RAM limits the context. Raises :class:`OutOfMemoryError` when nothing
+    fits, with the numbers.
+    """
+    s = _as_sizes(model)
+    cfg = s.config
+    if kv_dtype not in KV_DTYPES:
+        raise ValueError(f"unknown KV cache type {kv_dtype!r}; choose one of {', '.join(KV_DTYPES)}")
+    if offload_mode is not None and offload_mode not in ("stream", "cpu"):
+        raise ValueError(f"offload mode must be 'stream' or 'cpu', got {offload_mode!r}")
+    model_max = cfg.max_position_embeddings
+    cap = model_max if not ctx_cap else min(ctx_cap, model_max)
+    cap = max(CTX_ALIGN, (cap // CTX_ALIGN) * CTX_ALIGN)
+    target = min(cap, min_context)
+    ws = workspace_bytes(cfg, prefill_chunk, s.largest_matrix_elems)
+    costs = offload_costs or OffloadCosts()
+    reasons: list[str] = []
+    all_layers = list(range(cfg.num_layers))
+
+    if device in ("cpu", "mps") or (device_memory is None and max_vram is None):
+        return _plan_host(s, device, cap, kv_dtype, ws, host_memory, prefill_chunk)
+
+    budget = device_memory if device_memory is not None else max_vram
+    assert budget is not None
+    if max_vram is not None and max_vram < budget:
+        budget = max_vram
+        reasons.append(f"--max-vram caps device memory at {format_bytes(max_vram)}.")
+    margin = max(min_margin_bytes, int(budget * margin_fraction))
+    avail = budget - cuda_context_bytes - margin
+    reasons.append(
+        f"{format_bytes(budget)} budget - {format_bytes(cuda_context_bytes)} CUDA context - "
+        f"{format_bytes(margin)} safety margin leaves {format_bytes(max(avail, 0))} for weights, KV cache and buffers.")
+
+    def _host_kv_per_token(pl: _Placement) -> int:
+        if pl.mode != "cpu":
+            return 0
+        return kv_bytes_per_token(cfg, kv_dtype, layers=sum(1 for i in pl.cpu_layers if _layer_is_attention(cfg, i)))
+
+    def evaluate(pl: _Placement, want: int) -> tuple[int, MemoryBreakdown, int, int]:
+        br, kvpt, host = _fixed_gpu_bytes(s, pl, kv_dtype, ws)
+        ctx = _max_context(avail - br.allocated, kvpt, want)
+        host_kvpt = _host_kv_per_token(pl)
+        if host_memory is not None and host_kvpt:  # CPU-computed layers keep their KV in RAM
+            ctx = min(ctx, _max_context(int(host_memory * 0.9) - host, host_kvpt, want))
+        return ctx, br, kvpt, host
+
+    # groups of candidate placements, in order of increasing cost; within a group the same bytes
+    # leave the GPU and only the offload mode differs
+    groups: list[list[_Placement]] = [[_Placement([], True, True, "none")]]
+    if not s.tied:
+        groups.append([_Placement([], False, True, "none")])
+    modes = [offload_mode] if offload_mode else ["stream", "cpu"]
+    emb_gpu = s.tied  # tied: the table is the LM head
+    for n in range(1, cfg.num_layers + 1):
+        groups.append([_Placement(all_layers[cfg.num_layers - n:], emb_gpu, True, m) for m in modes])
+    groups.append([_Placement(all_layers, False, False, m) for m in modes])
+    candidates = [c for g in groups for c in g]
+
+    def speed_key(pl: _Placement) -> float:
+        nbytes = sum(s.layer_bytes[i] for i in pl.cpu_layers)
+        head = 0 if pl.lm_head_gpu else (s.lm_head_bytes or s.embedding_bytes)
+        if pl.mode == "cpu":
+            return costs.cpu_seconds(nbytes + head)
+        return costs.stream_seconds(nbytes) + (costs.cpu_seconds(head) if head else 0.0)
+
+    # per offload mode, the first (least offload) placement that reaches the target context;
+    # then the faster of those under the offload costs (CPU compute frees KV memory too, so it
+    # may need fewer CPU layers than streaming, yet still be slower per token)
+    def search(want: int) -> _Placement | None:
+        found: list[_Placement] = []
+        for group in groups:
+            fitting = [c for c in group if evaluate(c, want)[0] >= want]
+            if not fitting:
+                continue
+            found += [c for c in fitting if c.mode not in {x.mode for x in found}]
+            if {c.mode for c in found} >= set(modes) or found[0].mode == "none":
+                break
+        return min(found, key=speed_key) if found else None
+
+    chosen = search(target)
+    want = target
+    while chosen is None and want > CTX_ALIGN:
+        # the target context does not fit even with everything offloaded: halve it
+        want = max(CTX_ALIGN, (want // 2) // CTX_ALIGN * CTX_ALIGN)
+        chosen = search(want)
+    if chosen is None:
+        br, kvpt, _ = _fixed_gpu_bytes(s, candidates[-1], kv_dtype, ws)
+        raise OutOfMemoryError(
+            f"{cfg.arch} model does not fit in {format_bytes(budget)} of device memory even with every layer "
+            f"on the CPU: needs {format_bytes(br.allocated + cuda_context_bytes + margin + CTX_ALIGN * kvpt)} "
+            f"for {CTX_ALIGN} tokens of context; use --device cpu or a larger --max-vram")
+    if want < target:
+        reasons.append(f"Even with maximum offload {target} tokens of context do not fit; settled for at least {want}.")
+    target = want
+
+    ctx, br, kvpt, host = evaluate(chosen, cap)
+    br.kv_cache = ctx * kvpt
+    br.cuda_context = cuda_context_bytes
+    if chosen.mode == "cpu":
+        host += ctx * _host_kv_per_token(chosen)
+        cpu_set = set(chosen.cpu_layers)
+        host += sum(recurrent_state_bytes_per_layer(cfg) for i in cpu_set if not _layer_is_attention(cfg, i))
+
+    weights_total = s.total_bytes
+    if not chosen.cpu_layers and chosen.embedding_gpu:
+        reasons.append(f"All weights ({format_bytes(weights_total)}) fit on the GPU.")
+    if not chosen.embedding_gpu and chosen.lm_head_gpu:
+        reasons.append(f"The embedding table ({format_bytes(s.embedding_bytes)}) stays on the CPU: decoding gathers "
+                       "only one row per token, so it costs almost nothing there.")
+    if s.tied and chosen.lm_head_gpu:
+        if chosen.cpu_layers:
+            reasons.append("Embeddings are tied to the LM head, which is read in full every token, so the table stays on the GPU.")
+    if chosen.cpu_layers:
+        nbytes = sum(s.layer_bytes[i] for i in chosen.cpu_layers)
+        lo, hi = chosen.cpu_layers[0], chosen.cpu_layers[-1]
+        reasons.append(
+            f"Weights do not fit with {target} tokens of context: layers {lo}-{hi} ({len(chosen.cpu_layers)} of "
+            f"{cfg.num_layers}, {format_bytes(nbytes)}) stay in host memory.")
+        st, cp = costs.stream_seconds(nbytes), costs.cpu_seconds(nbytes)
+        how = "measured" if costs.measured else "assumed"
+        if chosen.mode == "stream":
+            reasons.append(
+                f"They are streamed to the GPU ahead of use through two staging slots ({format_bytes(br.offload_staging)}): "
+                f"~{st * 1e3:.1f} ms/token at {costs.h2d_bytes_per_s / 1e9:.0f} GB/s host->device vs ~{cp * 1e3:.1f} ms/token "
+                f"computing them on the CPU ({how} speeds).")
+        else:
+            reasons.append(
+                f"They are computed on the CPU: ~{cp * 1e3:.1f} ms/token at {costs.cpu_bytes_per_s / 1e9:.1f} GB/s vs "
+                f"~{st * 1e3:.1f} ms/token streaming at {costs.h2d_bytes_per_s / 1e9:.0f} GB/s ({how} speeds); they keep their own KV "
+                "cache in host RAM.")
+    if not chosen.lm_head_gpu:
+        reasons.append("Even the LM head had to stay on the CPU; decoding will be slow.")
+    kv_note = f"{kvpt} B/token" + (" (full-attention layers only)" if cfg.layer_types else "")
+    if ctx >= cap:
+        why = "the model maximum" if cap == model_max else "the requested cap"
+        reasons.append(f"Context {ctx} tokens is {why}; KV cache {kv_note} -> {format_bytes(br.kv_cache)}.")
+    else:
+        reasons.append(f"Context {ctx} tokens is the largest multiple of {CTX_ALIGN} that fits "
+                       f"(KV cache {kv_note} -> {format_bytes(br.kv_cache)}; cap {cap}).")
+    if br.recurrent_state:
+        reasons.append(f"Gated-DeltaNet layers keep {format_bytes(br.recurrent_state)} of fixed recurrent state.")
+    offload_s = speed_key(chosen) if chosen.cpu_layers or not chosen.lm_head_gpu else 0.0
+    if host_memory is not None and host > host_memory:
+        reasons.append(f"Warning: {format_bytes(host)} must live in host RAM but only {format_bytes(host_memory)} is available.")
+    return Plan(
+        device=device, context_length=ctx, max_context=model_max, gpu_layers=[i for i in all_layers if i not in set(chosen.cpu_layers)],
+        cpu_layers=list(chosen.cpu_layers), embedding_device="gpu" if chosen.embedding_gpu or (s.tied and chosen.lm_head_gpu) else "cpu",
+        lm_head_device="gpu" if chosen.lm_head_gpu else "cpu", offload_mode=chosen.mode if chosen.cpu_layers else "none",
+        kv_dtype=kv_dtype, prefill_chunk=prefill_chunk, budget_bytes=budget, predicted=br, host_bytes=host,
+        predicted_offload_s_per_token=offload_s, reasons=reasons,
+    )
+
+
+def _plan_host(s: ModelSizes, device: str, cap: int, kv_dtype: str, ws: int, host_memory: int | None,
+               prefill_chunk: int) -> Plan:
+    """Everything in host memory (CPU device, or MPS unified memory)."""
+    cfg = s.config
+    kvpt = kv_bytes_per_token(cfg, kv_dtype)
+    rec = sum(recurrent_state_bytes_per_layer(cfg) for i in range(cfg.num_layers) if not _layer_is_attention(cfg, i))
+    reasons = [f"No GPU budget given: everything runs on the {device.upper()} in host memory."]
+    fixed = s.total_bytes + rec + ws
+    ctx = cap
+    if host_memory is not None:
+        avail = int(host_memory * 0.9) - fixed
+        ctx = _max_context(avail, kvpt, cap)
+        if ctx < CTX_ALIGN:
+            raise OutOfMemoryError(
+                f"model needs {format_bytes(fixed + CTX_ALIGN * kvpt)} of RAM but only {format_bytes(host_memory)} is available")
+        reasons.append(f"{format_bytes(host_memory)} RAM available; keeping 10% free for the system.")
+    reasons.append(f"Context {ctx} tokens (KV cache {kvpt} B/token -> {format_bytes(ctx * kvpt)}).")
+    br = MemoryBreakdown(weights=s.total_bytes, kv_cache=ctx * kvpt, recurrent_state=rec, workspace=ws)
+    return Plan(
+        device=device, context_length=ctx, max_context=cfg.max_position_embeddings, gpu_layers=[],
+        cpu_layers=list(range(cfg.num_layers)), embedding_device="cpu", lm_head_device="cpu", offload_mode="none",
+        kv_dtype=kv_dtype, prefill_chunk=prefill_chunk, budget_bytes=host_memory or 0, predicted=br,
+        host_bytes=br.allocated, reasons=reasons,
+    )
+
+
+def plan_for_this_machine(model: ModelData | ModelConfig | ModelSizes, *, device: str = "auto",
+                          max_vram: int | None = None, gpu_memory: int | None = None, **kw: Any) -> Plan:
+    """Plan against the real hardware (or a hypothetical ``gpu_memory`` card); what the CLI/GUI call."""
+    from runtime import devices
+
+    if gpu_memory is not None:
+        return plan_memory(model, gpu_memory, device="hypothetical", max_vram=max_vram, **kw)
+    rep = devices.detect()
+    if device == "auto":
+        device = rep.best
+    if device.startswith("cuda"):
+        idx = int(device.split(":")[1]) if ":" in device else 0
+        gpu = next((g for g in rep.gpus if g.index == idx), None)
+        if gpu is None:
+            raise OutOfMemoryError(f"no CUDA device {device} on this machine")
+        usable = gpu.free_bytes + _own_cuda_usage(idx)
+        return plan_memory(model, usable, device=f"cuda:{idx}", max_vram=max_vram,
+                           host_memory=rep.ram_available_bytes, **kw)
+    return plan_memory(model, None, device=device if device != "mps" else "mps", host_memory=rep.ram_available_bytes, **kw)
+
+
+def _own_cuda_usage(index: int) -> int:
+    """Memory this process already holds on the device (so a re-plan can count it as available)."""
+    try:
+        import torch
+
+        if torch.cuda.is_initialized():
+            return int(torch.cuda.memory_reserved(index)) + DEFAULT_CUDA_CONTEXT_BYTES
+    except Exception:
+        pass
+    return 0
+
+
+GIB = GiB  # re-export for callers formatting sizes

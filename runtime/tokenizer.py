@@ -1,0 +1,177 @@
+"""Tokenizer (Hugging Face ``tokenizers``) plus the streaming pieces generation needs.
+
+* :class:`Tokenizer` is built from :class:`TokenizerData` (a ``tokenizer.json`` document; GGUF
+  metadata is converted to one by the formats layer), so one code path serves every file type.
+* :class:`StreamDecoder` turns a growing token list into text pieces that never end in half a
+  UTF-8 character: byte-level BPE splits multi-byte characters (CJK, emoji) across tokens, and a
+  naive per-token decode would print replacement characters.
+* :class:`ChannelSplitter` routes text between the "thinking" and "answer" channels on the
+  ``<think>`` / ``</think>`` tokens, deciding by token id, never by matching text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tokenizers import Tokenizer as _HFTokenizer
+
+from runtime.errors import ModelFormatError
+from runtime.formats.model_data import TokenizerData
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+REPLACEMENT_CHAR = "\ufffd"
+
+
+class Tokenizer:
+    """Encode/decode plus the special ids the engine needs (EOS set, think markers)."""
+
+    def __init__(self, data: TokenizerData) -> None:
+        try:
+            self._tok = _HFTokenizer.from_str(data.tokenizer_json)
+        except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
+            raise ModelFormatError(f"the model's tokenizer could not be built: {exc}") from exc
+        self.data = data
+        self.bos_token_id = data.bos_token_id
+        self.eos_token_ids = set(data.eos_token_ids)
+        self.pad_token_id = data.pad_token_id
+        self.add_bos_token = data.add_bos_token
+        self.think_open_id = self._tok.token_to_id(THINK_OPEN)
+        self.think_close_id = self._tok.token_to_id(THINK_CLOSE)
+        if not self.eos_token_ids:
+            for name in ("<|im_end|>", "<|endoftext|>"):
+                tid = self._tok.token_to_id(name)
+                if tid is not None:
+                    self.eos_token_ids.add(tid)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self._tok.id_to_token(token_id)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """Token ids of ``text``. Rendered chat templates use ``add_special_tokens=False`` (as HF).
+
+        With ``add_special_tokens`` the tokenizer's post-processor runs and, if the model asks for
+        a BOS token that the post-processor did not add, it is prepended.
+        """
+        ids = self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        if (add_special_tokens and self.add_bos_token and self.bos_token_id is not None
+                and (not ids or ids[0] != self.bos_token_id)):
+            ids = [self.bos_token_id, *ids]
+        return ids
+
+    def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def special_tokens_map(self) -> dict[str, str]:
+        """``bos_token``/``eos_token``/``pad_token`` strings, as HF passes them to chat templates."""
+        out: dict[str, str] = {}
+        for key, tid in (("bos_token", self.bos_token_id), ("pad_token", self.pad_token_id)):
+            tok = self.id_to_token(tid) if tid is not None else None
+            if tok is not None:
+                out[key] = tok
+        if self.data.eos_token_ids:
+            tok = self.id_to_token(self.data.eos_token_ids[0])
+            if tok is not None:
+                out["eos_token"] = tok
+        return out
+
+
+class StreamDecoder:
+    """Incremental detokenizer with the prefix/read offset trick (as in TGI and vLLM).
+
+    Each step decodes a short window ``tokens[prefix:]`` and emits only what it adds beyond
+    ``tokens[prefix:read]``; if the window ends in U+FFFD (an incomplete UTF-8 sequence), nothing
+    is emitted until a later token completes the character.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.tokens: list[int] = []
+        self.prefix_offset = 0
+        self.read_offset = 0
+
+    def add(self, token_id: int) -> str:
+        self.tokens.append(token_id)
+        prefix_text = self.tokenizer.decode(self.tokens[self.prefix_offset:self.read_offset])
+        new_text = self.tokenizer.decode(self.tokens[self.prefix_offset:])
+        if len(new_text) > len(prefix_text) and not new_text.endswith(REPLACEMENT_CHAR):
+            piece = new_text[len(prefix_text):]
+            self.prefix_offset = self.read_offset
+            self.read_offset = len(self.tokens)
+            return piece
+        return ""
+
+    def flush(self) -> str:
+        """Whatever is still held back (at the end of generation: genuinely invalid bytes)."""
+        prefix_text = self.tokenizer.decode(self.tokens[self.prefix_offset:self.read_offset])
+        new_text = self.tokenizer.decode(self.tokens[self.prefix_offset:])
+        self.prefix_offset = self.read_offset = len(self.tokens)
+        return new_text[len(prefix_text):]
+
+
+@dataclass
+class ChannelPiece:
+    text: str
+    channel: str  # "answer" | "thinking"
+
+
+class ChannelSplitter:
+    """Route generated tokens to the thinking or answer channel and decode each channel's text.
+
+    ``<think>`` opens the thinking channel and ``</think>`` closes it; the markers themselves are
+    not shown. Leading whitespace at the start of each segment (Qwen writes ``<think>\\n`` and
+    ``</think>\\n\\n``) is dropped. ``start_in_thinking`` is for templates whose generation prompt
+    already ends with an open ``<think>``.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, start_in_thinking: bool = False) -> None:
+        self.tokenizer = tokenizer
+        self.channel = "thinking" if start_in_thinking else "answer"
+        self._decoder = StreamDecoder(tokenizer)
+        self._at_segment_start = True
+
+    def _emit(self, text: str) -> list[ChannelPiece]:
+        if self._at_segment_start:
+            text = text.lstrip()
+            if not text:
+                return []
+            self._at_segment_start = False
+        return [ChannelPiece(text, self.channel)] if text else []
+
+    def _switch(self, channel: str) -> list[ChannelPiece]:
+        out = self._emit(self._decoder.flush())
+        self.channel = channel
+        self._decoder = StreamDecoder(self.tokenizer)
+        self._at_segment_start = True
+        return out
+
+    def add(self, token_id: int) -> list[ChannelPiece]:
+        if token_id == self.tokenizer.think_open_id and self.tokenizer.think_open_id is not None:
+            return self._switch("thinking")
+        if token_id == self.tokenizer.think_close_id and self.tokenizer.think_close_id is not None:
+            return self._switch("answer")
+        return self._emit(self._decoder.add(token_id))
+
+    def flush(self) -> list[ChannelPiece]:
+        return self._emit(self._decoder.flush())
+
+
+def prompt_opens_thinking(tokenizer: Tokenizer, prompt_ids: list[int]) -> bool:
+    """True if the prompt's last think marker is an unclosed ``<think>`` (generation starts thinking)."""
+    open_id, close_id = tokenizer.think_open_id, tokenizer.think_close_id
+    if open_id is None:
+        return False
+    for tid in reversed(prompt_ids):
+        if tid == open_id:
+            return True
+        if tid == close_id:
+            return False
+    return False

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs Ternary Chat into .venv (first run only) and starts the desktop app.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then "$PY" -m venv .venv; fi
+. .venv/bin/activate
+if ! python -c "import torch, PySide6, runtime" >/dev/null 2>&1; then
+    python -m pip install -q --upgrade pip
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        python -m pip install -q "torch>=2.4,<=2.14.1" "triton>=3.0" nvidia-ml-py   # CUDA build + kernels
+    else
+        python -m pip install -q "torch==2.13.0" || python -m pip install -q "torch>=2.4,<=2.14.1"
+    fi
+    python -m pip install -q -e ".[gui]"
+fi
+exec ternary-chat "$@"

@@ -1,0 +1,111 @@
+import json
+import sqlite3
+
+from app.history import COMPLETE, PARTIAL, HistoryStore, StreamingMessageSaver
+from app.paths import data_dir
+
+
+def test_history_default_path_is_under_isolated_home(tmp_path):
+    store = HistoryStore()
+    assert store.path.parent == data_dir()
+    assert str(store.path).startswith(str(tmp_path / "home"))
+    mode = sqlite3.connect(store.path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_conversations_crud_and_order(tmp_path):
+    store = HistoryStore(tmp_path / "h.db")
+    a = store.create_conversation("First", model="bonsai-1.7b")
+    b = store.create_conversation("Second")
+    store.add_message(a.id, "user", "hello")  # touching a makes it the most recent
+    assert [c.id for c in store.conversations()] == [a.id, b.id]
+    store.rename_conversation(b.id, "  Renamed  ")
+    assert store.conversation(b.id).title == "Renamed"
+    try:
+        store.rename_conversation(b.id, "   ")
+        raise AssertionError("empty title accepted")
+    except ValueError:
+        pass
+    store.delete_conversation(a.id)
+    assert store.conversation(a.id) is None
+    assert store.messages(a.id) == []  # cascade
+
+
+def test_history_survives_reopen_and_partial_is_kept(tmp_path):
+    path = tmp_path / "h.db"
+    store = HistoryStore(path)
+    c = store.create_conversation("Chat")
+    store.add_message(c.id, "user", "question")
+    reply = store.add_message(c.id, "assistant", "", status=PARTIAL)
+    t = [0.0]
+    saver = StreamingMessageSaver(store, reply.id, min_interval_s=0.1, max_pending=1000, clock=lambda: t[0])
+    for i, tok in enumerate(["Hel", "lo", " wor", "ld"]):
+        t[0] = 0.05 * (i + 1)  # 50 ms per token: saved every second token
+        saver.append(tok)
+    del store  # simulate a crash: no finish(), no close()
+    again = HistoryStore(path)
+    msgs = again.messages(c.id)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    assert msgs[1].status == PARTIAL and msgs[1].interrupted
+    assert msgs[1].content == "Hello world"  # last save happened at t=0.2 after "ld"
+
+
+def test_streaming_saver_throttles_and_finishes(tmp_path):
+    store = HistoryStore(tmp_path / "h.db")
+    c = store.create_conversation()
+    reply = store.add_message(c.id, "assistant", "", status=PARTIAL)
+    t = [0.0]
+    saver = StreamingMessageSaver(store, reply.id, min_interval_s=0.1, max_pending=8, clock=lambda: t[0])
+    for _ in range(20):  # 20 tokens in 0 s: saved only by the every-8-pieces rule
+        saver.append("x")
+    assert saver.saves == 2
+    assert store.message(reply.id).content == "x" * 16
+    saver.append("think", channel="thinking")
+    saver.finish(content="final answer", stats={"decode_tok_s": 12.5})
+    m = store.message(reply.id)
+    assert (m.content, m.thinking, m.status, m.stats) == ("final answer", "think", COMPLETE, {"decode_tok_s": 12.5})
+
+
+def test_search_title_and_content_with_and_without_fts(tmp_path):
+    store = HistoryStore(tmp_path / "h.db")
+    a = store.create_conversation("Recipes")
+    b = store.create_conversation("Physics")
+    store.add_message(b.id, "user", "Explain the photoelectric effect")
+    store.add_message(a.id, "assistant", "把面粉和水混合")
+    assert [c.id for c in store.search("recip")] == [a.id]
+    assert [c.id for c in store.search("PHOTOELECTRIC")] == [b.id]
+    assert [c.id for c in store.search("面粉")] == [a.id]  # 2 chars: LIKE path
+    assert [c.id for c in store.search("面粉和水")] == [a.id]  # FTS trigram path
+    assert store.search("100%") == []
+    store.has_fts = False
+    assert [c.id for c in store.search("photoelectric")] == [b.id]
+    # edits are reflected in the index
+    msg = store.messages(b.id)[0]
+    store.has_fts = True
+    store.update_message(msg.id, content="quantum tunnelling")
+    assert store.search("photoelectric") == []
+    assert [c.id for c in store.search("tunnel")] == [b.id]
+
+
+def test_delete_messages_from(tmp_path):
+    store = HistoryStore(tmp_path / "h.db")
+    c = store.create_conversation()
+    ids = [store.add_message(c.id, r, t).id for r, t in [("user", "a"), ("assistant", "b"), ("user", "c")]]
+    store.delete_messages_from(c.id, ids[1])
+    assert [m.content for m in store.messages(c.id)] == ["a"]
+
+
+def test_export_markdown_and_json(tmp_path):
+    store = HistoryStore(tmp_path / "h.db")
+    c = store.create_conversation("导出 test", model="bonsai-4b")
+    store.add_message(c.id, "user", "What is 2+2?")
+    store.add_message(c.id, "assistant", "**4**", thinking="2 plus 2", stats={"decode_tok_s": 3.0})
+    md = store.export_markdown(c.id, tmp_path / "out" / "chat.md").read_text(encoding="utf-8")
+    assert md.startswith("# 导出 test")
+    assert "## User\n\nWhat is 2+2?" in md
+    assert "<details><summary>Thinking</summary>" in md and "**4**" in md
+    data = json.loads((store.export_json(c.id, tmp_path / "chat.json")).read_text(encoding="utf-8"))
+    assert data["title"] == "导出 test" and data["model"] == "bonsai-4b"
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    assert data["messages"][1]["thinking"] == "2 plus 2"
+    assert not list(tmp_path.glob(".*.tmp")) and not list((tmp_path / "out").glob(".*.tmp"))

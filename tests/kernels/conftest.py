@@ -1,0 +1,22 @@
+"""Kernel tests run the Triton kernels on CPU tensors through the Triton interpreter.
+
+``TRITON_INTERPRET`` is read when a kernel module is imported, so it is set here before any of
+them is; if another test package imported them earlier without it, they are reloaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+_MODULES = ["runtime.kernels.triton_linear", "runtime.kernels.triton_norm", "runtime.kernels.triton_rope",
+            "runtime.kernels.triton_attention", "runtime.kernels.triton_sampling"]
+
+if os.environ["TRITON_INTERPRET"] == "1":
+    for _name in _MODULES:
+        _mod = sys.modules.get(_name)
+        if _mod is not None and not getattr(sys.modules["runtime.kernels.triton_linear"], "INTERPRET", True):
+            importlib.reload(_mod)

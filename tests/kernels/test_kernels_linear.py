@@ -1,0 +1,125 @@
+"""Ternary mat-vec / GEMM kernels vs the torch reference (Triton interpreter, tiny shapes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from runtime.formats.codecs import pack_t2, pack_t3
+from runtime.formats.model_data import TernaryTensor
+from runtime.kernels import linear
+from runtime.kernels import reference_ops as ref
+from runtime.kernels import triton_linear as tlin
+
+
+def make_weight(n: int, k: int, g: int, enc: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    codes = torch.randint(0, 3, (n, k), dtype=torch.uint8, generator=gen)
+    packed = pack_t2(codes) if enc == "t2" else pack_t3(codes, g)
+    scales = (torch.rand(n, k // g, generator=gen) * 0.05 + 0.01).half()
+    return packed, scales
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3}
+
+
+def poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+@pytest.mark.parametrize("enc", ["t2", "t3"])
+@pytest.mark.parametrize("g", [64, 128])
+@pytest.mark.parametrize("cfg", [None, (8, 64, 2, 4), (16, 128, 3, 4)])
+def test_kernels_matvec_matches_reference(enc: str, g: int, cfg: tuple | None) -> None:
+    n, k, m = 37, 384, 2  # N not a multiple of BLOCK_N, K not a multiple of the split
+    codes, scales = make_weight(n, k, g, enc, seed=g)
+    x = torch.randn(m, k)
+    out = poisoned((m, n), torch.float32)
+    y = tlin.ternary_matvec(x, codes, scales, g, enc, out=out, config=cfg)
+    assert y is out and not torch.isnan(y).any()
+    assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g, enc)) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_kernels_matvec_residual_in_place(dtype: torch.dtype) -> None:
+    codes, scales = make_weight(24, 128, 64, "t2", seed=3)
+    x = torch.randn(1, 128).to(dtype)
+    resid = torch.randn(1, 24).to(dtype)
+    expect = ref.ref_ternary_matmul(x, codes, scales, 64, residual=resid)
+    y = tlin.ternary_matvec(x, codes, scales, 64, out=resid, residual=resid, config=(8, 64, 2, 4))
+    assert y is resid
+    assert rel(resid, expect) < TOL[dtype]
+
+
+@pytest.mark.parametrize("offset", [0.0, 1.0])
+@pytest.mark.parametrize("enc", ["t2", "t3"])
+def test_kernels_fused_rmsnorm_matvec(offset: float, enc: str) -> None:
+    codes, scales = make_weight(20, 256, 64, enc, seed=5)
+    x = torch.randn(3, 256) * 4
+    nw = torch.randn(256) * 0.2 + (0.0 if offset else 1.0)
+    for cfg in [None, (8, 64, 2, 4)]:
+        y = tlin.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 64, enc, weight_offset=offset, config=cfg)
+        e = ref.ref_fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 64, enc, weight_offset=offset)
+        assert rel(y, e) < 1e-5
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_kernels_swiglu_matvec(fused: bool, dtype: torch.dtype) -> None:
+    g_codes, g_scales = make_weight(40, 128, 64, "t2", seed=7)
+    u_codes, u_scales = make_weight(40, 128, 64, "t2", seed=8)
+    x = torch.randn(2, 128).to(dtype)
+    nw = (torch.randn(128) * 0.1 + 1).to(dtype)
+    expect = ref.ref_swiglu_matvec(x, g_codes, g_scales, u_codes, u_scales, 64, norm_weight=nw)
+    for cfg in [(16, 64, 1, 4), (8, 64, 2, 4)]:
+        if fused:
+            y = tlin.swiglu_matvec(x, torch.cat([g_codes, u_codes]), torch.cat([g_scales, u_scales]), 64,
+                                   norm_weight=nw, config=cfg)
+        else:
+            y = tlin.swiglu_matvec(x, g_codes, g_scales, 64, up_codes=u_codes, up_scales=u_scales,
+                                   norm_weight=nw, config=cfg)
+        assert y.shape == (2, 40) and y.dtype == dtype
+        assert rel(y, expect) < TOL[dtype] * 2
+
+
+@pytest.mark.parametrize("enc", ["t2", "t3"])
+@pytest.mark.parametrize("path", ["mm", "dequant"])
+def test_kernels_prefill_paths(enc: str, path: str) -> None:
+    codes, scales = make_weight(33, 256, 128, enc, seed=11)
+    x = torch.randn(2, 10, 256)
+    resid = torch.randn(2, 10, 33)
+    y = tlin.ternary_matmul(x, codes, scales, 128, enc, residual=resid, prefill_path=path)
+    assert y.shape == (2, 10, 33)
+    assert rel(y, ref.ref_ternary_matmul(x, codes, scales, 128, enc, residual=resid)) < 1e-5
+
+
+@pytest.mark.parametrize("enc", ["t2", "t3"])
+def test_kernels_dequantize_exact(enc: str) -> None:
+    codes, scales = make_weight(19, 192, 64, enc, seed=13)
+    out = poisoned((19, 192), torch.float32)
+    w = tlin.ternary_dequantize(codes, scales, 64, enc, out=out)
+    assert torch.equal(w, ref.ternary_weight(codes, scales, 64, enc))
+
+
+def test_kernels_triton_backend_registered() -> None:
+    codes, scales = make_weight(16, 128, 64, "t2", seed=17)
+    t = TernaryTensor((16, 128), 64, codes, scales)
+    lw = linear.prepare_linear(t, "cpu", backend="triton")
+    assert isinstance(lw, tlin.TritonLinear)
+    assert lw.codes.data_ptr() != 0 and lw.codes.dtype == torch.uint8  # packed bytes kept as given
+    x = torch.randn(3, 128)
+    assert rel(lw(x), ref.ref_ternary_matmul(x, codes, scales, 64)) < 1e-5
+
+
+def test_kernels_bad_inputs_raise() -> None:
+    codes, scales = make_weight(16, 128, 64, "t2")
+    with pytest.raises(ValueError, match="features"):
+        tlin.ternary_matvec(torch.randn(1, 64), codes, scales, 64)
+    with pytest.raises(ValueError, match="t2 codes"):
+        tlin.ternary_matvec(torch.randn(1, 128), codes[:, :-1].contiguous(), scales, 64)
+    with pytest.raises(ValueError, match="even number of rows"):
+        tlin.swiglu_matvec(torch.randn(1, 128), codes[:15], scales[:15], 64)
