@@ -827,8 +827,12 @@ class MainWindow(QMainWindow):
         dlg.show()
         self._summary_dialog = dlg
         self.status_label.setText(self.tr("Summarizing %1…").replace("%1", doc.name))
-        settings = generation_settings(self.sampling())
-        self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name, settings, self._summary_cancel)
+        sampling = self.sampling()
+        ctx = int(self.model_info.get("context_length") or 2048)
+        # The user's "max new tokens" bounds each partial summary; by default a quarter of the context.
+        answer_tokens = int(sampling.max_new_tokens or max(32, min(512, ctx // 4)))
+        self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name, generation_settings(sampling),
+                                        self._summary_cancel, answer_tokens)
 
     def _on_summary_progress(self, request_id: int, p: Any) -> None:
         if request_id != self._summary_request or self._summary_dialog is None:

@@ -190,15 +190,16 @@ class EngineWorker(QObject):
         self._emit_memory(force=True)
 
     # -- summarization -------------------------------------------------------------------------
-    @Slot(int, str, str, object, object)
-    def summarize(self, request_id: int, text: str, name: str, settings: object, cancel: object) -> None:
+    @Slot(int, str, str, object, object, int)
+    def summarize(self, request_id: int, text: str, name: str, settings: object, cancel: object,
+                  answer_tokens: int) -> None:
         from app.summarize import Summarizer
 
         if self.engine is None:
             self.summaryFailed.emit(request_id, "No model is loaded. Choose a model first.")
             return
         try:
-            summarizer = Summarizer(self.engine, settings)
+            summarizer = Summarizer(self.engine, settings, answer_tokens=answer_tokens)
 
             def progress(p: Any) -> None:
                 self.summaryProgress.emit(request_id, p)
@@ -243,7 +244,7 @@ class WorkerHost(QObject):
     requestLoad = Signal(str, dict, object)
     requestUnload = Signal()
     requestGenerate = Signal(int, object, object, object)
-    requestSummarize = Signal(int, str, str, object, object)
+    requestSummarize = Signal(int, str, str, object, object, int)
     requestMemory = Signal()
     requestShutdown = Signal()
 

@@ -78,16 +78,18 @@ def resolve_device(device: str) -> torch.device:
 
 def process_peak_rss_bytes() -> int:
     """Peak resident set of this process (Linux/macOS via getrusage, Windows via psutil)."""
+    import psutil
+
+    info = psutil.Process().memory_info()
+    peak = int(getattr(info, "peak_wset", info.rss))
     try:
         import resource
 
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        return int(peak if sys.platform == "darwin" else peak * 1024)
+        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        peak = max(peak, int(maxrss if sys.platform == "darwin" else maxrss * 1024))
     except ImportError:
-        import psutil
-
-        info = psutil.Process().memory_info()
-        return int(getattr(info, "peak_wset", info.rss))
+        pass
+    return peak
 
 
 def _parameter_count(data: ModelData) -> int:
@@ -283,6 +285,7 @@ class Engine:
                 # ---- prefill (only what the cache does not already hold)
                 reuse = min(_common_prefix(self._cached_tokens, prompt_ids), len(prompt_ids) - 1)
                 self._cached_tokens = prompt_ids[:reuse]
+                stats.reused_prompt_tokens = reuse
                 logits = None
                 chunk = PREFILL_CHUNK
                 pos = reuse
@@ -445,14 +448,8 @@ class Engine:
 
 
 def _read_model(path: Path) -> ModelData:
-    if not path.exists():
-        raise TernaryError(f"model not found: {path}")
-    try:
-        from runtime.formats.loader import load_model
-    except ImportError as exc:
-        if exc.name and exc.name.startswith("runtime.formats"):
-            raise TernaryError("model file readers are not available in this build") from exc
-        raise
+    from runtime.formats.loader import load_model
+
     return load_model(path)
 
 

@@ -42,6 +42,7 @@ class GenerationStats:
     """Honest numbers for one generation. ``ttft_s`` includes tokenization and prefill."""
 
     prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # prompt tokens whose K/V were kept from the previous call (not prefilled)
     generated_tokens: int = 0
     ttft_s: float = 0.0
     prefill_tok_s: float = 0.0

@@ -211,7 +211,8 @@ def workspace_bytes(cfg: ModelConfig, prefill_chunk: int = DEFAULT_PREFILL_CHUNK
         lin = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + 2 * cfg.linear_num_value_heads * cfg.linear_value_head_dim
         q_out = max(q_out, lin)
     per_token = 2 * (6 * h + 2 * q_out + 2 * kv_out + 3 * ffn)  # fp16 activations alive at once
-    prefill = prefill_chunk * per_token + 2 * largest_matrix_elems
+    # the prefill GEMM dequantizes a matrix (in row chunks of <= 64 MiB) into a reused fp16 buffer
+    prefill = prefill_chunk * per_token + min(2 * largest_matrix_elems, 64 * MiB)
     sampler = cfg.vocab_size * (4 * 4 + 4 + 8)  # fp32 logits/probs/noise/work, counts, sorted idx
     return prefill + sampler + 16 * MiB
 

@@ -13,6 +13,7 @@ every ``shape`` is in torch order.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -27,7 +28,8 @@ import torch
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats import gguf_codecs as gc
 from runtime.formats.arch import ArchSpec, arch_for_gguf, check_tensor_set
-from runtime.formats.model_data import DenseTensor, ModelData, Provenance, Tensor, TernaryTensor
+from runtime.formats.model_data import T2, T3, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor
+from runtime.formats.ternary_file import TensorSpec
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -64,7 +66,7 @@ class GGUFTensorInfo:
 class _Cursor:
     """Bounds-checked little-endian reads over a buffer."""
 
-    def __init__(self, buf: memoryview, size: int, what: str) -> None:
+    def __init__(self, buf: Any, size: int, what: str) -> None:
         self.buf, self.size, self.pos, self.what = buf, size, 0, what
 
     def left(self) -> int:
@@ -140,7 +142,8 @@ class GGUFFile:
             try:
                 self._parse()
             except BaseException:
-                self._mm.close()
+                with contextlib.suppress(BufferError):
+                    self._mm.close()
                 raise
         except BaseException:
             self._file.close()
@@ -149,7 +152,7 @@ class GGUFFile:
     # ---- parsing --------------------------------------------------------------------------------
     def _parse(self) -> None:
         name = self.path.name
-        c = _Cursor(memoryview(self._mm), self.size, name)
+        c = _Cursor(self._mm, self.size, name)  # no memoryview: it would pin the mapping on errors
         if c.buf[:4] != GGUF_MAGIC:
             raise ModelFormatError(f"{name}: not a GGUF file (bad magic)")
         c.pos = 4
@@ -244,6 +247,11 @@ class GGUFFile:
         q2 = [r for r in raw_infos if r[2] == gc.Q2_0.type_id]
         if not q2:
             return gc.Q2_0
+
+        for r in q2:
+            if r[1][0] % gc.Q2_0.block_size:
+                raise ModelFormatError(f"{self.path.name}: corrupt GGUF: tensor {r[0]!r} row width {r[1][0]} is "
+                                       f"not a multiple of the Q2_0 block size {gc.Q2_0.block_size}")
 
         def fits(gt: gc.GGMLType) -> bool:
             return all(r[1][0] % gt.block_size == 0 and r[3] + gt.nbytes(r[4]) <= span_end[r[0]] for r in q2)
@@ -362,6 +370,18 @@ class GGUFSource:
 
     def tensor_shape(self, hf_name: str) -> tuple[int, ...]:
         return self.file.tensors[self.names[hf_name]].shape
+
+    def tensor_spec(self, hf_name: str) -> TensorSpec:
+        """What :meth:`load` will return, without decoding (the .ternary header needs it first)."""
+        info = self.file.tensors[self.names[hf_name]]
+        ternary_class = self.arch.is_ternary(hf_name, info.shape)
+        if info.gtype.ternary and ternary_class:
+            enc = self.ternary_encoding or (T3 if info.gtype is gc.PTQ1_0 else T2)
+            return TensorSpec(hf_name, enc, info.shape, info.gtype.block_size)
+        if not info.gtype.ternary and ternary_class and self.non_ternary != "dense":
+            return TensorSpec(hf_name, self.ternary_encoding or T2, info.shape, self.group_size)
+        enc = {gc.F16.name: "f16", gc.BF16.name: "bf16"}.get(info.gtype.name, "f32")
+        return TensorSpec(hf_name, enc, info.shape)
 
     def load(self, hf_name: str) -> Tensor:
         """Decode one tensor into its canonical form (ternary-class tensors become TernaryTensor)."""

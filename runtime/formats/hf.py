@@ -26,10 +26,11 @@ from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats import codecs
 from runtime.formats.arch import ArchSpec, arch_for_hf, check_tensor_set
 from runtime.formats.model_data import T2, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor, TokenizerData
+from runtime.formats.ternary_file import TensorSpec
 
 MAX_JSON_BYTES = 64 << 20  # tokenizer.json of a 250k vocab is ~12 MB
 MAX_SAFETENSORS_HEADER = 100 << 20
-CHUNK_WEIGHTS = 1 << 22
+CHUNK_WEIGHTS = 1 << 20  # fp32 temporaries of quantize_ternary stay ~tens of MB
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 _ST_DTYPES = {
@@ -287,6 +288,12 @@ class HFSource:
     def tensor_shape(self, name: str) -> tuple[int, ...]:
         return self.entries[name].shape
 
+    def tensor_spec(self, name: str) -> TensorSpec:
+        e = self.entries[name]
+        if self.arch.is_ternary(name, e.shape):
+            return TensorSpec(name, self.ternary_encoding, e.shape, self.group_size)
+        return TensorSpec(name, {"F16": "f16", "BF16": "bf16"}.get(e.dtype, "f32"), e.shape)
+
     def load(self, name: str) -> Tensor:
         w = self.raw_tensor(name)
         if self.arch.is_ternary(name, tuple(w.shape)):
@@ -294,7 +301,7 @@ class HFSource:
                                source=self.path.name)
             self.max_quant_error = max(self.max_quant_error, err)
             return t
-        return DenseTensor(w.clone())
+        return DenseTensor(w.to(torch.float32) if w.dtype == torch.float64 else w.clone())
 
     def iter_tensors(self) -> Iterator[tuple[str, Tensor]]:
         for n in self.names:

@@ -285,7 +285,9 @@ def gguf_metadata(cfg: ModelConfig) -> dict[str, Any]:
     """qwen35 architecture keys for a writer (values as llama.cpp's converter writes them)."""
     types = cfg.layer_types or []
     full = [i for i, t in enumerate(types) if t == "full_attention"]
-    interval = full[0] + 1 if full else 4
+    interval = full[0] + 1 if full else 0
+    periodic = bool(full) and types == [
+        "full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(len(types))]
     kv: dict[str, Any] = {
         "general.architecture": ARCH,
         f"{ARCH}.block_count": cfg.num_layers,
@@ -305,8 +307,9 @@ def gguf_metadata(cfg: ModelConfig) -> dict[str, Any]:
         f"{ARCH}.ssm.group_count": cfg.linear_num_key_heads,
         f"{ARCH}.ssm.time_step_rank": cfg.linear_num_value_heads,
         f"{ARCH}.ssm.inner_size": cfg.linear_value_head_dim * cfg.linear_num_value_heads,
-        f"{ARCH}.full_attention_interval": interval,
     }
+    if periodic:  # llama.cpp derives the layer kinds from this; our reader reads them from the tensors
+        kv[f"{ARCH}.full_attention_interval"] = interval
     if cfg.hadamard is not None:
         kv.update(hadamard_to_gguf(cfg.hadamard))
     return kv

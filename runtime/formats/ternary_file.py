@@ -380,6 +380,7 @@ class TernaryFile:
             return DenseTensor(self._view(off, n, torch.int16).view(torch.bfloat16).reshape(s.shape))
         return DenseTensor(self._view(off, n, dt).reshape(s.shape))
 
+    @property
     def tokenizer(self) -> TokenizerData | None:
         tok = self.header.get("tokenizer")
         if tok is None:
@@ -401,7 +402,7 @@ class TernaryFile:
     def to_model_data(self) -> ModelData:
         gd = self.header.get("generation_defaults")
         return ModelData(config=self.config, tensors={n: self.tensor(n) for n in self.specs},
-                         tokenizer=self.tokenizer(), generation_defaults=gd if isinstance(gd, dict) else {},
+                         tokenizer=self.tokenizer, generation_defaults=gd if isinstance(gd, dict) else {},
                          provenance=self.provenance(), name=str(self.header.get("name", "")))
 
     # source protocol (so a .ternary can be re-converted or inspected like any other source)
@@ -411,8 +412,34 @@ class TernaryFile:
     def tensor_shape(self, n: str) -> tuple[int, ...]:
         return self.specs[n].shape
 
+    def tensor_spec(self, n: str) -> TensorSpec:
+        return self.specs[n]
+
     def load(self, n: str) -> Tensor:
         return self.tensor(n)
+
+    @property
+    def generation_defaults(self) -> dict[str, Any]:
+        gd = self.header.get("generation_defaults")
+        return gd if isinstance(gd, dict) else {}
+
+    @property
+    def model_name(self) -> str:
+        return str(self.header.get("name", ""))
+
+    @property
+    def source_format(self) -> str:
+        return "ternary"
+
+    def close(self) -> None:
+        """Drop this object's reference to the mapping (views keep it alive until they go)."""
+        self._mm = None
+
+    def __enter__(self) -> TernaryFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def read_ternary(path: str | os.PathLike[str], *, verify: bool = False) -> ModelData:

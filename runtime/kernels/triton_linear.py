@@ -61,22 +61,6 @@ def _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM: tl.constexpr, NORM
 
 
 @triton.jit
-def _t2_partial(w_ptr, s_ptr, offs_n, n_mask, wk, xf, K, G: tl.constexpr):
-    """Sum over one BLOCK_K chunk of scale * (code - 1) * x for BLOCK_N rows (t2 layout)."""
-    kw_total = K // 16
-    wmask = n_mask[:, None] & (wk[None, :] < kw_total)
-    words = tl.load(w_ptr + offs_n[:, None] * kw_total + wk[None, :], mask=wmask, other=0,
-                    eviction_policy="evict_first")
-    sh = tl.arange(0, 16) * 2
-    c = (words[:, :, None] >> sh[None, None, :]) & 3
-    cf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # == c - 1, exactly
-    t = tl.sum(cf * xf[None, :, :], axis=2)  # per-word partial sums [BLOCK_N, KW]
-    n_groups = K // G
-    sc = tl.load(s_ptr + offs_n[:, None] * n_groups + (wk[None, :] * 16) // G, mask=wmask, other=0.0)
-    return tl.sum(t * sc.to(tl.float32), axis=1)
-
-
-@triton.jit
 def _t3_codes(w_ptr, offs_n, n_mask, kk, K, G: tl.constexpr, NBG: tl.constexpr):
     """Trits (0..2, as fp32) of t3 weights kk for rows offs_n: base-3 digit via exact float floors."""
     g = kk // G
@@ -147,6 +131,12 @@ def _gemv_kernel(
     kb1 = tl.minimum(kb0 + per_split, n_kb)
     acc = tl.zeros([BLOCK_N], tl.float32)
     acc2 = tl.zeros([BLOCK_N], tl.float32)
+    # t2: per-word partial sums stay in a 2-D accumulator (reduced once at the end) so the inner
+    # loop is shift/LOP/FADD/FFMA per weight with no cross-thread traffic.
+    acc2d = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+    kw_total = K // 16
+    n_groups = K // G
     for kb in range(kb0, kb1):
         k0 = kb * BLOCK_K
         if T3:
@@ -156,14 +146,29 @@ def _gemv_kernel(
             if DUAL:
                 acc2 += _t3_partial(w2_ptr, s2_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
         else:
-            KW: tl.constexpr = BLOCK_K // 16
-            offs_w = tl.arange(0, KW)
-            wk = k0 // 16 + offs_w
-            kk = k0 + offs_w[:, None] * 16 + tl.arange(0, 16)[None, :]
-            xf = _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
-            acc += _t2_partial(w_ptr, s_ptr, offs_n, n_mask, wk, xf, K, G)
+            wk = k0 // 16 + tl.arange(0, BLOCK_K // 16)
+            wmask = n_mask[:, None] & (wk[None, :] < kw_total)
+            widx = offs_n[:, None] * kw_total + wk[None, :]
+            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            t = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
             if DUAL:
-                acc2 += _t2_partial(w2_ptr, s2_ptr, offs_n, n_mask, wk, xf, K, G)
+                words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+                t2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+            for j in tl.static_range(16):
+                xj = _load_x(x_row, nw_ptr, wk * 16 + j, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+                cf = (((words >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c-1
+                t += cf * xj[None, :]
+                if DUAL:
+                    cf2 = (((words2 >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
+                    t2 += cf2 * xj[None, :]
+            sidx = offs_n[:, None] * n_groups + (wk[None, :] * 16) // G
+            acc2d += t * tl.load(s_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
+            if DUAL:
+                acc2d2 += t2 * tl.load(s2_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
+    if not T3:
+        acc = tl.sum(acc2d, axis=1)
+        if DUAL:
+            acc2 = tl.sum(acc2d2, axis=1)
 
     if SPLIT_K == 1:
         _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
@@ -252,8 +257,8 @@ def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, G: tl.constexpr, T3: tl.constex
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps)
 _GEMV_CANDIDATES = [
-    (4, 1024, 1, 4), (8, 512, 1, 4), (8, 1024, 1, 8), (16, 512, 1, 8), (16, 256, 1, 4),
-    (32, 256, 1, 8), (4, 1024, 2, 4), (8, 512, 2, 4), (8, 512, 4, 4), (16, 512, 4, 8), (8, 1024, 4, 8),
+    (8, 1024, 1, 4), (16, 512, 1, 4), (16, 1024, 1, 8), (32, 512, 1, 8), (16, 256, 1, 4), (64, 256, 1, 8),
+    (4, 2048, 1, 4), (8, 512, 2, 4), (16, 512, 2, 4), (8, 1024, 4, 4), (16, 1024, 4, 8), (32, 256, 4, 4),
 ]
 _INTERPRET_GEMV = (16, 64, 1, 4)
 _MM_CANDIDATES = [(64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8)]  # (BLOCK_M, BLOCK_N, warps)

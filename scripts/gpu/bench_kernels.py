@@ -77,17 +77,17 @@ def copy_bandwidth() -> float:
     n = 1 << 30
     a = torch.empty(n, dtype=torch.uint16, device=DEV)
     b = torch.empty_like(a)
-    ms = graph_time_ms([lambda: b.copy_(a)], reps=10)
-    del a, b
+    ms = graph_time_ms([lambda a=a, b=b: b.copy_(a)], reps=10)
     return 2 * 2 * n / (ms * 1e-3)
 
 
 def run_tests(out: Path) -> dict:
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "-s",
-                        "tests/gpu/test_gpu_kernels.py"], capture_output=True, text=True)
-    log = p.stdout + p.stderr
-    (out / "gpu_tests.log").write_text(log)
+    log_path = out / "gpu_tests.log"
+    with open(log_path, "w") as f:  # written as it runs, so a timeout still leaves the log
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+                            "-n", "4", "-rfE", "tests/gpu/test_gpu_kernels.py"], stdout=f, stderr=subprocess.STDOUT)
+    log = log_path.read_text()
     tail = [ln for ln in log.strip().splitlines() if ln.strip()][-3:]
     print("\n".join(tail))
     return {"returncode": p.returncode, "summary": tail[-1] if tail else "", "seconds": round(time.time() - t0, 1)}
@@ -135,7 +135,7 @@ def bench_shapes(cfg, bw: float) -> list[dict]:
         dcopies = max(2, min(16, -(-256_000_000 // dense_bytes)))
         try:
             dws = [torch.randn(n, k, device=DEV, dtype=BF16) for _ in range(dcopies)]
-            t_bf16 = graph_time_ms([lambda w=w: F.linear(x, w) for w in dws]) / dcopies
+            t_bf16 = graph_time_ms([lambda w=w, x=x: F.linear(x, w) for w in dws]) / dcopies
             del dws
         except torch.cuda.OutOfMemoryError:
             t_bf16 = float("nan")
@@ -167,7 +167,7 @@ def bench_token_chain(cfg, bw: float, with_bf16: bool = True) -> dict:
                   lambda oc=oc, os_=os_: tlin.ternary_matvec(attn, oc, os_, 128, out=x, residual=x),
                   lambda gc=gc, gs=gs: tlin.swiglu_matvec(x, gc, gs, 128, norm_weight=nw, out=act),
                   lambda dc=dc, ds=ds: tlin.ternary_matvec(act, dc, ds, 128, out=x, residual=x)]
-    calls.append(lambda: tlin.fused_rmsnorm_matvec(x, nw, 1e-6, lm[0], lm[1], 128, out=logits))
+    calls.append(lambda lm=lm: tlin.fused_rmsnorm_matvec(x, nw, 1e-6, lm[0], lm[1], 128, out=logits))
     nbytes = L * (packed_bytes(qkv_n, h) + packed_bytes(h, cfg.num_heads * hd) + packed_bytes(2 * inter, h)
                   + packed_bytes(h, inter)) + packed_bytes(cfg.vocab_size, h)
     t = graph_time_ms(calls)
@@ -207,10 +207,10 @@ def bench_prefill(cfg) -> list[dict]:
             y = torch.empty(m, n, device=DEV, dtype=BF16)
             r = {"op": name, "M": m, "N": n, "K": k}
             for path in ("mm", "dequant"):
-                r[path + "_us"] = graph_time_ms([lambda path=path: tlin.ternary_matmul(
+                r[path + "_us"] = graph_time_ms([lambda path=path, x=x, c=c, s=s, y=y: tlin.ternary_matmul(
                     x, c, s, 128, out=y, prefill_path=path)]) * 1e3
             w = torch.randn(n, k, device=DEV, dtype=BF16)
-            r["bf16_cublas_us"] = graph_time_ms([lambda w=w: torch.matmul(x, w.t(), out=y)]) * 1e3
+            r["bf16_cublas_us"] = graph_time_ms([lambda w=w, x=x, y=y: torch.matmul(x, w.t(), out=y)]) * 1e3
             tlin.ternary_matmul(x, c, s, 128, out=y)  # records the auto choice
             r["tflops_best"] = 2 * m * n * k / (min(r["mm_us"], r["dequant_us"]) * 1e-6) / 1e12
             rows.append(r)
@@ -228,7 +228,8 @@ def bench_attention(cfg, bw: float) -> list[dict]:
         q = torch.randn(hq, d, device=DEV, dtype=BF16)
         seq = torch.tensor([length], device=DEV, dtype=torch.int32)
         out = torch.empty(hq, d, device=DEV, dtype=BF16)
-        t = graph_time_ms([lambda: decode_attention(q, kc, vc, seq, d ** -0.5, out=out)]) * 1e3
+        t = graph_time_ms([lambda q=q, kc=kc, vc=vc, seq=seq, out=out: decode_attention(
+            q, kc, vc, seq, d ** -0.5, out=out)]) * 1e3
         nbytes = 2 * hkv * length * d * 2
         rows.append({"len": length, "us": t, "bytes": nbytes, "pct_roofline": 100 * nbytes / bw * 1e6 / t})
         del kc, vc
@@ -260,7 +261,7 @@ def main() -> int:
     torch.manual_seed(0)
     cfg = SYNTHETIC_CONFIGS[args.model]
     import triton
-    res: dict = {"gpu": torch.cuda.get_device_name(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="minutes"),
+    res: dict = {"gpu": torch.cuda.get_device_name(), "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="minutes"),
                  "torch": torch.__version__, "triton": triton.__version__, "model_shapes": args.model,
                  "command": "python3 scripts/gpu/bench_kernels.py " + " ".join(sys.argv[1:])}
     if not args.skip_tests:

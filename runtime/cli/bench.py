@@ -1,0 +1,52 @@
+"""``ternary bench``: speed and memory of a model (or a synthetic Bonsai) with references."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("bench", help="benchmark prefill/decode speed and memory",
+                       description="Benchmark a model: cold start, TTFT, prefill and decode tok/s, peak memory, "
+                                   "next to a bf16 eager baseline and the bandwidth roofline measured in the same run.")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("model", nargs="?", help="model file or folder")
+    src.add_argument("--synthetic", metavar="NAME", help="random ternary weights with exact Bonsai shapes (bonsai-1.7b, -4b, -8b)")
+    p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
+    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length (default 512)")
+    p.add_argument("--gen", type=int, default=256, help="tokens to generate (default 256)")
+    p.add_argument("--runs", type=int, default=3, help="measured runs, median reported (default 3; one warm-up excluded)")
+    p.add_argument("--max-vram", metavar="BYTES", help="behave like a card with this much memory (e.g. 2GiB)")
+    p.add_argument("--baseline", choices=["bf16", "none"], default="bf16", help="reference to run alongside (default bf16)")
+    p.add_argument("--baseline-gen", type=int, help="tokens the bf16 baseline generates (default: --gen)")
+    p.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
+    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt")
+    p.add_argument("--cache-dir", help="keep generated synthetic weights here (reused by later runs)")
+    p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runtime.bench import format_result, run_bench, synthetic_model_cached
+    from runtime.devices import parse_bytes
+    from runtime.formats.atomic import atomic_output
+
+    if args.runs < 1 or args.gen < 2 or args.prompt_tokens < 1:
+        raise ValueError("--runs must be >= 1, --gen >= 2 and --prompt-tokens >= 1")
+    if args.synthetic:
+        md = synthetic_model_cached(args.synthetic, args.seed, args.cache_dir)
+    else:
+        from runtime.cli.plan import load_model_data
+
+        md = load_model_data(args.model)
+    res = run_bench(md, device=args.device, ctx=args.ctx, prompt_tokens=args.prompt_tokens, gen=args.gen,
+                    runs=args.runs, max_vram=parse_bytes(args.max_vram) if args.max_vram else None,
+                    baseline=None if args.baseline == "none" else args.baseline, seed=args.seed,
+                    baseline_gen=args.baseline_gen)
+    print(format_result(res))
+    if args.json:
+        with atomic_output(args.json) as f:
+            f.write(json.dumps(res, indent=2).encode())
+    return 0

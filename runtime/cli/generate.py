@@ -1,0 +1,139 @@
+"""``ternary generate MODEL --prompt TEXT``: one generation, streamed to stdout or as one JSON object.
+
+Shares the model-loading and sampling options with ``ternary chat`` (see :func:`add_model_options`
+and :func:`add_sampling_options`), so both commands accept the same flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="model: .ternary file, .gguf file or Hugging Face folder")
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--ctx", type=int, metavar="N", help="context length in tokens (default: the planner's choice)")
+    p.add_argument("--max-vram", metavar="BYTES", help="behave like a GPU with this much memory (e.g. 6GiB)")
+    p.add_argument("--backend", default="auto", help="ternary matmul backend (default: fastest for the device)")
+
+
+def add_sampling_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--system", metavar="TEXT", help="system message (chat mode)")
+    p.add_argument("--max-new-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
+    p.add_argument("--temperature", type=float, metavar="T", help="0 = greedy (default: the model's)")
+    p.add_argument("--top-k", type=int, metavar="K", help="0 = off (default: the model's)")
+    p.add_argument("--top-p", type=float, metavar="P", help="1 = off (default: the model's)")
+    p.add_argument("--min-p", type=float, metavar="P", help="0 = off (default: the model's)")
+    p.add_argument("--repetition-penalty", type=float, metavar="R", help="1 = off, HF semantics")
+    p.add_argument("--presence-penalty", type=float, metavar="P", help="0 = off, OpenAI semantics")
+    p.add_argument("--frequency-penalty", type=float, metavar="P", help="0 = off, OpenAI semantics")
+    p.add_argument("--seed", type=int, metavar="S", help="random seed (same seed => same output)")
+    p.add_argument("--stop", action="append", default=[], metavar="S", help="stop string (repeatable)")
+    think = p.add_mutually_exclusive_group()
+    think.add_argument("--think", dest="enable_thinking", action="store_true", default=None,
+                       help="enable the thinking channel (models whose template supports it)")
+    think.add_argument("--no-think", dest="enable_thinking", action="store_false", help="disable thinking")
+    p.add_argument("--reasoning-effort", metavar="LEVEL", help="passed to templates that accept it (Bonsai 2)")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("generate", help="generate text from a prompt",
+                       description="Load a model and generate one answer. Streams text to stdout, or prints "
+                                   "one JSON object with text and statistics with --json.")
+    add_model_options(p)
+    p.add_argument("--prompt", required=True, help="the prompt (raw text, or the user message with --chat)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    add_sampling_options(p)
+    p.add_argument("--ignore-eos", action="store_true", help="do not stop at end-of-sequence (benchmarks)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming text")
+    p.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from runtime.generation import GenerationSettings
+
+    if args.max_new_tokens < 1:
+        raise ValueError("--max-new-tokens must be at least 1")
+    return GenerationSettings(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
+        stop=list(args.stop), enable_thinking=args.enable_thinking, reasoning_effort=args.reasoning_effort,
+        ignore_eos=bool(getattr(args, "ignore_eos", False)),
+    )
+
+
+def load_engine(args: argparse.Namespace, quiet: bool = False) -> Any:
+    from runtime.devices import parse_bytes
+    from runtime.engine import Engine
+
+    max_vram = parse_bytes(args.max_vram) if args.max_vram else None
+    progress = None
+    if not quiet and sys.stderr.isatty():
+        def progress(stage: str, fraction: float) -> None:
+            sys.stderr.write(f"\rloading: {stage:<24s} {fraction * 100:5.1f}%")
+            if fraction >= 1.0:
+                sys.stderr.write("\r" + " " * 50 + "\r")
+            sys.stderr.flush()
+    return Engine.load(args.model, device=args.device, context_length=args.ctx, max_vram_bytes=max_vram,
+                       progress=progress, backend=args.backend)
+
+
+def run(args: argparse.Namespace) -> int:
+    from runtime.generation import DoneEvent, NoticeEvent, TextEvent
+
+    settings = settings_from_args(args)
+    engine = load_engine(args, quiet=args.json)
+    if args.chat:
+        messages = ([{"role": "system", "content": args.system}] if args.system else [])
+        messages.append({"role": "user", "content": args.prompt})
+        request: Any = messages
+    else:
+        if args.system:
+            raise ValueError("--system needs --chat (a raw prompt has no roles)")
+        request = args.prompt
+    done = None
+    channel = "answer"
+    for ev in engine.generate(request, settings):
+        if isinstance(ev, DoneEvent):
+            done = ev
+        elif isinstance(ev, NoticeEvent):
+            print(f"note: {ev.message}", file=sys.stderr)
+        elif isinstance(ev, TextEvent) and not args.json:
+            if ev.channel != channel:
+                sys.stdout.write("\n[thinking]\n" if ev.channel == "thinking" else "\n[answer]\n")
+                channel = ev.channel
+            sys.stdout.write(ev.text)
+            sys.stdout.flush()
+    assert done is not None
+    st = done.stats
+    if args.json:
+        out = {
+            "text": done.text,
+            "thinking": done.thinking,
+            "token_ids": st.token_ids,
+            "prompt_tokens": st.prompt_tokens,
+            "generated_tokens": st.generated_tokens,
+            "ttft_s": st.ttft_s,
+            "prefill_tok_s": st.prefill_tok_s,
+            "decode_tok_s": st.decode_tok_s,
+            "total_s": st.total_s,
+            "peak_memory_bytes": st.peak_memory_bytes,
+            "device": st.device,
+            "context_length": st.context_length,
+            "finish_reason": st.finish_reason,
+            "backend": engine.info.backend,
+            "model": engine.info.name,
+            "settings": engine.resolve_settings(settings).to_dict(),
+        }
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        print(f"[{st.prompt_tokens} prompt tokens, {st.generated_tokens} generated; ttft {st.ttft_s:.2f} s, "
+              f"prefill {st.prefill_tok_s:.1f} tok/s, decode {st.decode_tok_s:.1f} tok/s; "
+              f"finish: {st.finish_reason}]", file=sys.stderr)
+    engine.close()
+    return 0

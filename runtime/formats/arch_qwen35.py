@@ -1,0 +1,176 @@
+"""qwen35 (Qwen3.5-family hybrid: Ternary-Bonsai-27B, Bonsai 2) in the format architecture registry.
+
+Names and conventions live in :mod:`runtime.formats.qwen35_names`; this module only adapts them to
+:class:`runtime.formats.arch.ArchSpec`. Source conventions: a GGUF source keeps the +1-folded norms
+and ``ssm_a = -exp(A_log)`` as stored (``norm_weight_offset == 0`` and tensor
+``linear_attn.A``); an HF source keeps zero-centred norms and ``linear_attn.A_log``
+(``norm_weight_offset == 1``). ``expected_shapes`` follows the same rule.
+
+Value transforms that a rename cannot express are offered through ``ArchSpec.extra`` hooks, which
+the readers / writer call when present:
+
+* ``extra["tensor_from_gguf"](hf_name, tensor, config) -> tensor`` after decoding a GGUF tensor
+  (V-head order tiled -> grouped, conv ``[C, K]`` -> ``[C, 1, K]``);
+* ``extra["tensor_to_gguf"](hf_name, tensor, config) -> tensor`` before encoding one (the inverse,
+  plus ``+1`` on norms and ``A_log -> -exp(A_log)`` for HF-convention sources);
+* ``extra["gguf_shape"](hf_name, gguf_shape) -> canonical shape``;
+* ``extra["gguf_skip"](gguf_name, metadata) -> bool``: tensors the text model does not load (MTP);
+* ``extra["hf_rename"](name) -> canonical name or None`` for ``Qwen3_5ForConditionalGeneration``
+  checkpoints (``model.language_model.*``; vision tower and MTP head dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runtime.formats import qwen35_names as q
+from runtime.formats.arch import ArchSpec, register_arch
+from runtime.formats.model_data import Tensor
+from runtime.model.config import ModelConfig
+
+Shape = tuple[int, ...]
+
+GGUF_GLOBAL = dict(q._GLOBAL_NAMES)
+GGUF_BLOCK = dict(q._LAYER_NAMES)
+GGUF_BLOCK_WRITE_ONLY = {"ssm_a": "linear_attn.A_log"}  # HF-convention sources write A_log as ssm_a
+
+
+def expected_shapes(c: ModelConfig) -> dict[str, Shape]:
+    h, hd = c.hidden_size, c.head_dim
+    kd = c.linear_num_key_heads * c.linear_key_head_dim
+    vd = c.linear_num_value_heads * c.linear_value_head_dim
+    nv = c.linear_num_value_heads
+    a_name = "A_log" if c.norm_weight_offset else "A"
+    out: dict[str, Shape] = {"model.embed_tokens.weight": (c.vocab_size, h), "model.norm.weight": (h,)}
+    if not c.tie_word_embeddings:
+        out["lm_head.weight"] = (c.vocab_size, h)
+    for i, kind in enumerate(c.layer_types or []):
+        p = f"model.layers.{i}."
+        out.update({
+            p + "input_layernorm.weight": (h,),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "mlp.gate_proj.weight": (c.intermediate_size, h),
+            p + "mlp.up_proj.weight": (c.intermediate_size, h),
+            p + "mlp.down_proj.weight": (h, c.intermediate_size),
+        })
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            out.update({
+                a + "in_proj_qkv.weight": (2 * kd + vd, h),
+                a + "in_proj_z.weight": (vd, h),
+                a + "in_proj_b.weight": (nv, h),
+                a + "in_proj_a.weight": (nv, h),
+                a + "conv1d.weight": (2 * kd + vd, 1, c.linear_conv_kernel_dim),
+                a + a_name: (nv,),
+                a + "dt_bias": (nv,),
+                a + "norm.weight": (c.linear_value_head_dim,),
+                a + "out_proj.weight": (h, vd),
+            })
+        else:
+            s = p + "self_attn."
+            out.update({
+                s + "q_proj.weight": (c.num_heads * hd * (2 if c.attn_output_gate else 1), h),
+                s + "k_proj.weight": (c.num_kv_heads * hd, h),
+                s + "v_proj.weight": (c.num_kv_heads * hd, h),
+                s + "o_proj.weight": (h, c.num_heads * hd),
+                s + "q_norm.weight": (hd,),
+                s + "k_norm.weight": (hd,),
+            })
+    return out
+
+
+def is_ternary(name: str, shape: Shape) -> bool:
+    """Ternary in Bonsai files: every 2-D matrix except the DeltaNet a/b projections (BF16 keep-list)."""
+    return len(shape) == 2 and name.endswith(".weight") and "norm" not in name and \
+        not name.endswith(("in_proj_a.weight", "in_proj_b.weight", "conv1d.weight"))
+
+
+def gguf_shape(hf_name: str, shape: Shape) -> Shape:
+    if hf_name.endswith("linear_attn.conv1d.weight") and len(shape) == 2:
+        return (shape[0], 1, shape[1])
+    return tuple(shape)
+
+
+def config_from_gguf(meta: Mapping[str, Any], shapes: Mapping[str, Shape]) -> ModelConfig:
+    """``shapes`` keyed by canonical names (as the GGUF reader passes them)."""
+    gguf_shapes = {}
+    for name, shape in shapes.items():
+        try:
+            gguf_shapes[q.canonical_name_to_gguf(name)] = tuple(shape)
+        except Exception:
+            continue
+    return q.config_from_gguf(meta, gguf_shapes)
+
+
+def config_from_hf(cfg: Mapping[str, Any], shapes: Mapping[str, Shape]) -> ModelConfig:
+    c = q.config_from_hf(cfg)
+    emb = shapes.get("model.embed_tokens.weight")
+    if emb is not None:
+        c.vocab_size = int(emb[0])
+    return c
+
+
+_TYPES = {bool: "bool", int: "u32", float: "f32", str: "str"}
+
+
+def gguf_metadata(c: ModelConfig) -> dict[str, Any]:
+    """The writer's ``{key: (type, value)}`` form of :func:`qwen35_names.gguf_metadata`."""
+    out: dict[str, Any] = {}
+    for key, value in q.gguf_metadata(c).items():
+        if key == "general.architecture":
+            continue
+        if isinstance(value, list):
+            et = "str" if value and isinstance(value[0], str) else "i32"
+            out[key] = (f"arr_{et}", value)
+        else:
+            out[key] = (_TYPES[type(value)], value)
+    return out
+
+
+def gguf_skip(gguf_name: str, meta: Mapping[str, Any]) -> bool:
+    """MTP head tensors (``blk.{n}.nextn.*`` and blocks past the text layers) are not loaded."""
+    n = int(meta.get("qwen35.block_count", 0)) - int(meta.get("qwen35.nextn_predict_layers", 0) or 0)
+    try:
+        return q.gguf_name_to_canonical(gguf_name, n) is None
+    except Exception:
+        return False
+
+
+def tensor_from_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> Tensor:
+    return q.tensor_from_gguf(hf_name, t, config)
+
+
+def tensor_to_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> Tensor:
+    return q.tensor_to_gguf(hf_name, t, config)[1]
+
+
+class _Qwen35Spec(ArchSpec):
+    """ArchSpec whose name mapping also knows ``linear_attn.A_log`` -> ``ssm_a`` (HF sources)."""
+
+    def hf_to_gguf(self, hf_name: str) -> str | None:
+        try:
+            return q.canonical_name_to_gguf(hf_name)
+        except Exception:
+            return None
+
+
+register_arch(_Qwen35Spec(
+    name="qwen35",
+    gguf_arch="qwen35",
+    hf_model_types=["qwen3_5", "qwen3_5_text"],
+    gguf_global_names=GGUF_GLOBAL,
+    gguf_block_names=GGUF_BLOCK,
+    expected_shapes=expected_shapes,
+    is_ternary=is_ternary,
+    config_from_gguf=config_from_gguf,
+    config_from_hf=config_from_hf,
+    gguf_metadata=gguf_metadata,
+    extra={
+        "tensor_from_gguf": tensor_from_gguf,
+        "tensor_to_gguf": tensor_to_gguf,
+        "gguf_shape": gguf_shape,
+        "gguf_skip": gguf_skip,
+        "hf_rename": q.hf_name_to_canonical,
+    },
+))

@@ -1,0 +1,213 @@
+"""The Engine API contract (docs/engine.md): events, stats, cancellation, context limits, reuse."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from runtime.engine import Engine
+from runtime.errors import ContextOverflowError
+from runtime.generation import CancelToken, DoneEvent, GenerationSettings, NoticeEvent, TextEvent
+from tests import model_factory as mf
+from tests.engine.conftest import model_data_from_hf
+
+GREEDY = dict(temperature=0.0, ignore_eos=True)
+
+
+def _run(engine, request, **kw):
+    events = list(engine.generate(request, GenerationSettings(**kw)))
+    assert isinstance(events[-1], DoneEvent)
+    assert not any(isinstance(e, DoneEvent) for e in events[:-1])
+    return events, events[-1]
+
+
+def test_events_and_stats_are_consistent(tiny_engine):
+    tiny_engine.reset()
+    events, done = _run(tiny_engine, [{"role": "user", "content": "Hello 你好"}], max_new_tokens=12, **GREEDY)
+    text = "".join(e.text for e in events if isinstance(e, TextEvent) and e.channel == "answer")
+    assert text == done.text
+    st = done.stats
+    assert st.generated_tokens == len(st.token_ids) == 12
+    assert st.finish_reason == "length"
+    assert st.prompt_tokens == tiny_engine.count_tokens([{"role": "user", "content": "Hello 你好"}])
+    assert 0 < st.ttft_s <= st.total_s
+    assert st.prefill_tok_s > 0 and st.decode_tok_s > 0
+    assert st.peak_memory_bytes > 10 * 2**20  # process peak RSS: torch alone is more than that
+    assert st.device == "cpu" and st.context_length == 256
+
+
+def test_default_settings_come_from_the_model_file(tiny_pair):
+    data = model_data_from_hf(tiny_pair[0])
+    data.generation_defaults = {"temperature": 0.7, "top_p": 0.9}
+    eng = Engine.load(data, device="cpu", context_length=64)
+    d = eng.default_settings()
+    assert (d.temperature, d.top_p, d.top_k, d.min_p) == (0.7, 0.9, 20, 0.0)  # top_k from PrismML defaults
+    assert d.enable_thinking is False
+    data.generation_defaults = {"do_sample": False, "temperature": 0.6}
+    assert Engine.load(data, device="cpu", context_length=64).default_settings().temperature == 0.0
+    resolved = eng.resolve_settings(GenerationSettings(top_k=5))
+    assert (resolved.temperature, resolved.top_k) == (0.7, 5)
+
+
+def test_seed_determinism(tiny_engine):
+    kw = dict(temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=16, ignore_eos=True)
+    _, a = _run(tiny_engine, "Once upon a time", seed=123, **kw)
+    _, b = _run(tiny_engine, "Once upon a time", seed=123, **kw)
+    _, c = _run(tiny_engine, "Once upon a time", seed=124, **kw)
+    assert a.stats.token_ids == b.stats.token_ids
+    assert a.stats.token_ids != c.stats.token_ids
+
+
+def test_context_overflow_is_raised_before_any_work(tiny_pair):
+    eng = Engine.load(tiny_pair[0] and model_data_from_hf(tiny_pair[0]), device="cpu", context_length=32)
+    calls = []
+    eng._forward = lambda *a, **k: calls.append(a)  # type: ignore[method-assign]
+    with pytest.raises(ContextOverflowError, match="32"):
+        eng.generate("hello world " * 40, GenerationSettings(max_new_tokens=4))
+    assert calls == []
+
+
+def test_generation_stops_at_the_context_end(tiny_pair):
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu", context_length=48)
+    events, done = _run(eng, "The quick brown fox jumps", max_new_tokens=1000, **GREEDY)
+    n_prompt = done.stats.prompt_tokens
+    assert done.stats.finish_reason == "length"
+    assert done.stats.generated_tokens == 48 - n_prompt + 1  # the last token needs no cache slot
+    assert any(isinstance(e, NoticeEvent) for e in events)
+
+
+def test_eos_token_stops_generation(tiny_pair):
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu", context_length=64)
+    _, ref = _run(eng, "The quick brown fox", max_new_tokens=4, temperature=0.0)
+    eng.tokenizer.eos_token_ids = {ref.stats.token_ids[2]}
+    _, done = _run(eng, "The quick brown fox", max_new_tokens=10, temperature=0.0)
+    assert done.stats.finish_reason == "stop"
+    assert done.stats.token_ids == ref.stats.token_ids[:2]
+
+
+def test_stop_string_spanning_tokens(tiny_engine):
+    tiny_engine.reset()
+    _, ref = _run(tiny_engine, "Hello, world!", max_new_tokens=24, **GREEDY)
+    text = ref.text
+    pieces = [tiny_engine.tokenizer.decode([t]) for t in ref.stats.token_ids]
+    # a stop string that straddles a token boundary, taken from the middle of the answer
+    cut = len(pieces[0]) + len(pieces[1]) + len(pieces[2])
+    stop = text[cut - 1:cut + 2]
+    assert len(stop) == 3
+    _, done = _run(tiny_engine, "Hello, world!", max_new_tokens=24, stop=[stop], **GREEDY)
+    assert done.stats.finish_reason == "stop_string"
+    assert done.text == text[:text.index(stop)]
+    assert stop not in done.text
+
+
+def test_cancel_from_another_thread_stops_within_one_token(tiny_pair):
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu", context_length=256)
+    cancel = CancelToken()
+    forward = eng._forward
+    calls = {"n": 0, "after_cancel": 0}
+
+    def counting_forward(tokens, start):
+        calls["n"] += 1
+        if cancel.cancelled:
+            calls["after_cancel"] += 1
+        if calls["n"] == 6:  # during the 5th decode step, cancel from another thread
+            t = threading.Thread(target=cancel.cancel)
+            t.start()
+            t.join()
+        return forward(tokens, start)
+
+    eng._forward = counting_forward  # type: ignore[method-assign]
+    events = list(eng.generate("Once upon a time", GenerationSettings(max_new_tokens=100, **GREEDY),
+                               cancel=cancel))
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert done.stats.finish_reason == "cancelled"
+    assert calls["after_cancel"] == 0  # no forward pass started after cancel()
+    assert done.stats.generated_tokens == 6  # the token from the forward pass in flight, no more
+
+
+def test_cancel_from_a_timer_thread_during_streaming(tiny_pair):
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu", context_length=512)
+    cancel = CancelToken()
+    cancelled_at = []
+    got_first = threading.Event()
+
+    def canceller():
+        got_first.wait(30)
+        time.sleep(0.05)
+        cancelled_at.append(time.perf_counter())
+        cancel.cancel()
+
+    th = threading.Thread(target=canceller)
+    th.start()
+    done = None
+    for ev in eng.generate("Hello", GenerationSettings(max_new_tokens=400, **GREEDY), cancel=cancel):
+        got_first.set()
+        if isinstance(ev, DoneEvent):
+            done = ev
+    th.join()
+    assert done is not None and done.stats.finish_reason == "cancelled"
+    assert done.stats.generated_tokens < 400
+    per_token = 1.0 / max(done.stats.decode_tok_s, 1e-9)
+    assert time.perf_counter() - cancelled_at[0] < 5 * per_token + 1.0
+
+
+def test_multi_turn_reuses_the_cache_prefix_and_matches_a_fresh_prefill(tiny_pair):
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu", context_length=256)
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    _, first = _run(eng, conv, max_new_tokens=8, **GREEDY)
+    assert first.stats.reused_prompt_tokens == 0
+    conv2 = conv + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "And then?"}]
+    _, second = _run(eng, conv2, max_new_tokens=8, **GREEDY)
+    ids1 = eng.encode_prompt(conv, GenerationSettings(**GREEDY))
+    ids2 = eng.encode_prompt(conv2, GenerationSettings(**GREEDY))
+    common = next(i for i, (a, b) in enumerate(zip(ids1, ids2, strict=False)) if a != b)
+    # Qwen3's template drops the empty think block of earlier turns, so the reusable prefix ends at
+    # the previous "<|im_start|>assistant\n"
+    assert common > 20
+    assert second.stats.reused_prompt_tokens == common
+    assert second.stats.reused_prompt_tokens < second.stats.prompt_tokens
+    eng.reset()
+    _, fresh = _run(eng, conv2, max_new_tokens=8, **GREEDY)
+    assert fresh.stats.reused_prompt_tokens == 0
+    assert fresh.stats.token_ids == second.stats.token_ids
+    # the same prompt again re-uses everything but the last token
+    _, again = _run(eng, conv2, max_new_tokens=8, **GREEDY)
+    assert again.stats.reused_prompt_tokens == again.stats.prompt_tokens - 1
+    assert again.stats.token_ids == fresh.stats.token_ids
+
+
+def test_template_that_opens_thinking_streams_the_thinking_channel(tiny_pair):
+    template = mf.QWEN3_CHAT_TEMPLATE.replace("{{- '<|im_start|>assistant\\n' }}",
+                                              "{{- '<|im_start|>assistant\\n<think>\\n' }}")
+    assert template != mf.QWEN3_CHAT_TEMPLATE
+    data = model_data_from_hf(tiny_pair[0], chat_template=template)
+    eng = Engine.load(data, device="cpu", context_length=128)
+    events, done = _run(eng, [{"role": "user", "content": "Think"}], max_new_tokens=16, enable_thinking=True,
+                        **GREEDY)
+    text_events = [e for e in events if isinstance(e, TextEvent)]
+    assert text_events and text_events[0].channel == "thinking"
+    assert done.thinking == "".join(e.text for e in text_events if e.channel == "thinking")
+    assert done.text == "".join(e.text for e in text_events if e.channel == "answer")
+    assert eng.info.supports_thinking
+
+
+def test_memory_stats_and_info(tiny_engine):
+    st = tiny_engine.memory_stats()
+    cfg = tiny_engine.config
+    assert st.context_length == 256
+    assert st.kv_cache_bytes == 2 * cfg.num_layers * cfg.num_kv_heads * 256 * cfg.head_dim * 4
+    assert st.ram_process_bytes > 0 and st.ram_peak_bytes >= st.ram_process_bytes
+    assert st.device_allocated_bytes is None
+    info = tiny_engine.info
+    assert info.arch == "qwen3" and info.device == "cpu" and info.context_length == 256
+    assert info.parameter_count > 0 and 0 < info.weight_bytes
+    assert info.max_context == cfg.max_position_embeddings
+
+
+def test_default_context_on_cpu_is_capped(tiny_pair):
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu")
+    assert 256 <= eng.info.context_length <= eng.info.max_context
+    assert eng.info.context_length % 256 == 0 or eng.info.context_length == eng.info.max_context

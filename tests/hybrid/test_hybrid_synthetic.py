@@ -1,0 +1,77 @@
+"""Synthetic hybrids: exact 27B tensor census (without generating 7 GB) and tiny t2/t3 models that run."""
+
+from __future__ import annotations
+
+import torch
+
+from runtime.formats import codecs
+from runtime.formats.model_data import T2, T3, DenseTensor, TernaryTensor, t3_bytes_per_group
+from runtime.model.config import ModelConfig
+from runtime.model.qwen35 import Qwen35Model
+from runtime.model.qwen35_synthetic import qwen35_synthetic_model, qwen35_tensor_specs, random_ternary_t3
+from runtime.synthetic import synthetic_config
+
+
+def test_hybrid_27b_census_matches_released_file():
+    """402 ternary / 96 BF16 / 353 F32 tensors and 26,869,760,000 ternary weights (Bonsai-2-27B PQ2_0)."""
+    specs = qwen35_tensor_specs(synthetic_config("bonsai-27b-ptq1"))
+    ternary = [s for s in specs if s.kind == "ternary"]
+    assert len(ternary) == 402
+    assert sum(s.shape[0] * s.shape[1] for s in ternary) == 26_869_760_000
+    assert len([s for s in specs if s.kind == "proj_bf16"]) == 96
+    assert len([s for s in specs if s.kind not in ("ternary", "proj_bf16")]) == 353
+    shapes = {s.name: s.shape for s in specs}
+    assert shapes["model.layers.0.linear_attn.in_proj_qkv.weight"] == (10240, 5120)
+    assert shapes["model.layers.0.linear_attn.out_proj.weight"] == (5120, 6144)
+    assert shapes["model.layers.3.self_attn.q_proj.weight"] == (24 * 256 * 2, 5120)
+    # ~1.75 bpw packing: 28 bytes per 128 weights -> the ternary part of the 5.95 GB file
+    t3_bytes = sum(s.shape[0] * (s.shape[1] // 128) * (t3_bytes_per_group(128) + 2) for s in ternary)
+    assert t3_bytes == 26_869_760_000 // 128 * 28
+    assert t3_bytes < 5.9e9
+
+
+def tiny_hybrid_config() -> ModelConfig:
+    cfg = synthetic_config("bonsai-27b")
+    cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers = 300, 256, 384, 4
+    cfg.layer_types = cfg.layer_types[:4]
+    cfg.num_heads, cfg.num_kv_heads, cfg.head_dim = 4, 2, 64
+    cfg.linear_num_key_heads, cfg.linear_num_value_heads = 2, 6
+    cfg.linear_key_head_dim = cfg.linear_value_head_dim = 32
+    cfg.max_position_embeddings = 64
+    return cfg
+
+
+def test_hybrid_t3_generator_is_valid_base3():
+    t = random_ternary_t3("x", (8, 256), seed=1, group_size=128)
+    codes = codecs.codes_of(t)
+    assert int(codes.max()) <= 2
+    assert 0.3 < float((codes == 1).float().mean()) < 0.37  # ~1/3 zeros
+    assert torch.equal(codecs.pack_t3(codes, 128), t.codes)  # canonical packing, padding trits zero
+
+
+def test_hybrid_tiny_synthetic_models_run_in_both_packings():
+    cfg = tiny_hybrid_config()
+    for enc in (T2, T3):
+        data = qwen35_synthetic_model("bonsai-27b", seed=3, encoding=enc, group_size=64, config=cfg)
+        assert all(t.encoding == enc for t in data.tensors.values() if isinstance(t, TernaryTensor))
+        a_proj = data.tensors["model.layers.0.linear_attn.in_proj_a.weight"]
+        assert isinstance(a_proj, DenseTensor) and a_proj.data.dtype == torch.bfloat16
+        model = Qwen35Model.from_model_data(data, max_positions=64)
+        with torch.no_grad():
+            logits = model(torch.arange(20), torch.arange(20))
+            step = model(torch.tensor([5]), torch.tensor([20]), kv_len=21)
+        assert torch.isfinite(logits).all() and torch.isfinite(step).all()
+        assert logits.std() > 0.1
+
+
+def test_hybrid_27b_specs_agree_with_format_registry():
+    """The synthetic tensor set is exactly what the format readers expect for a qwen35 model."""
+    from runtime.formats.arch import get_arch
+
+    cfg = synthetic_config("bonsai-27b")
+    spec = get_arch("qwen35")
+    expected = spec.expected_shapes(cfg)
+    specs = {s.name: s for s in qwen35_tensor_specs(cfg)}
+    assert {n: tuple(s.shape) for n, s in specs.items()} == expected
+    assert {n for n, s in specs.items() if s.kind == "ternary"} == \
+        {n for n, shape in expected.items() if spec.is_ternary(n, shape)}
