@@ -835,14 +835,15 @@ class MainWindow(QMainWindow):
                                         self._summary_cancel, answer_tokens)
 
     def _on_summary_progress(self, request_id: int, p: Any) -> None:
-        if request_id != self._summary_request or self._summary_dialog is None:
+        dlg = self._summary_dialog
+        if request_id != self._summary_request or dlg is None:
             return
-        self._summary_dialog.setMaximum(max(p.total, 1))
-        self._summary_dialog.setValue(min(p.done, p.total))
         stage = self.tr("reading the parts") if p.stage == "map" else self.tr("combining the summaries")
-        self._summary_dialog.setLabelText(self.tr("Summarizing %1: step %2 of about %3 (%4)")
-                                          .replace("%1", self._summary_doc.name if self._summary_doc else "")
-                                          .replace("%2", str(p.done)).replace("%3", str(p.total)).replace("%4", stage))
+        dlg.setLabelText(self.tr("Summarizing %1: step %2 of about %3 (%4)")
+                         .replace("%1", self._summary_doc.name if self._summary_doc else "")
+                         .replace("%2", str(p.done)).replace("%3", str(p.total)).replace("%4", stage))
+        dlg.setMaximum(max(p.total, 1))
+        dlg.setValue(min(p.done, p.total))  # may process events (modal dialog): nothing may follow
 
     def _close_summary_dialog(self) -> None:
         if self._summary_dialog is not None:
@@ -971,18 +972,17 @@ def _title_from(text: str) -> str:
 def document_error_text(exc: documents.DocumentError) -> str:
     """Translated message for a document problem (the English one comes from the exception)."""
     p = exc.params
-    tr = QCoreApplication.translate
     name = str(p.get("name", ""))
     texts = {
-        "unsupported": tr("DocumentErrors", "%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html."),
-        "missing": tr("DocumentErrors", "%1: file not found."),
-        "unreadable": tr("DocumentErrors", "%1 cannot be read."),
-        "too_large": tr("DocumentErrors", "%1 is too large (%2 MB); the limit is %3 MB. Split it into smaller files."),
-        "binary": tr("DocumentErrors", "%1 is not a text file (it contains binary data; was it renamed?)."),
-        "encrypted": tr("DocumentErrors", "%1 is password-protected. Save an unprotected copy and drop that."),
-        "no_text": tr("DocumentErrors", "%1 looks like a scanned PDF with no text layer; run OCR on it first."),
-        "corrupt": tr("DocumentErrors", "%1 is damaged or not the kind of file its name says."),
-        "empty": tr("DocumentErrors", "%1 contains no text."),
+        "unsupported": QCoreApplication.translate("DocumentErrors", "%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html."),
+        "missing": QCoreApplication.translate("DocumentErrors", "%1: file not found."),
+        "unreadable": QCoreApplication.translate("DocumentErrors", "%1 cannot be read."),
+        "too_large": QCoreApplication.translate("DocumentErrors", "%1 is too large (%2 MB); the limit is %3 MB. Split it into smaller files."),
+        "binary": QCoreApplication.translate("DocumentErrors", "%1 is not a text file (it contains binary data; was it renamed?)."),
+        "encrypted": QCoreApplication.translate("DocumentErrors", "%1 is password-protected. Save an unprotected copy and drop that."),
+        "no_text": QCoreApplication.translate("DocumentErrors", "%1 looks like a scanned PDF with no text layer; run OCR on it first."),
+        "corrupt": QCoreApplication.translate("DocumentErrors", "%1 is damaged or not the kind of file its name says."),
+        "empty": QCoreApplication.translate("DocumentErrors", "%1 contains no text."),
     }
     text = texts.get(exc.code)
     if text is None:

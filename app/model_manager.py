@@ -179,6 +179,8 @@ class ModelManagerDialog(QDialog):
         for c in range(1, len(self.COLUMNS)):
             self.table.horizontalHeader().setSectionResizeMode(c, QHeaderView.ResizeMode.ResizeToContents)
         self.table.setAccessibleName(self.tr("Models"))
+        self.table.horizontalHeader().setAccessibleName(self.tr("Columns"))
+        self.table.verticalHeader().setAccessibleName(self.tr("Rows"))
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.table.itemDoubleClicked.connect(lambda _i: self.use_selected())
         lay.addWidget(self.table, 1)

@@ -112,6 +112,18 @@ class Summarizer:
         cut = cut if cut > 0 else mid
         return self._fit(chunk[:cut], budget) + self._fit(chunk[cut:], budget)
 
+    def _fit_groups(self, groups: list[list[str]], instruction: str) -> list[list[str]]:
+        """Split any group whose real prompt (labels and template included) would not fit."""
+        out: list[list[str]] = []
+        for g in groups:
+            prompt = self.engine.count_tokens(self._messages(instruction, _reduce_body(g)), self.settings)
+            if len(g) > 1 and prompt + self.answer_tokens > self.context_length:
+                half = len(g) // 2
+                out += self._fit_groups([g[:half], g[half:]], instruction)
+            else:
+                out.append(g)
+        return out
+
     # -- running -------------------------------------------------------------------------------
     def _generate(self, instruction: str, body: str, cancel: CancelToken | None) -> tuple[str, bool]:
         done: DoneEvent | None = None
@@ -165,15 +177,18 @@ class Summarizer:
         reduce_budget = self.chunk_budget(reduce_instruction)
         level = summaries
         while len(level) > 1:
-            groups = _group(level, reduce_budget, self._tokens)
-            if len(groups) == len(level) and len(level) > 1:  # no two summaries fit together
-                groups = [level[i:i + 2] for i in range(0, len(level), 2)]
+            groups = self._fit_groups(_group(level, reduce_budget, self._tokens), reduce_instruction)
+            if len(groups) == len(level):  # no two summaries fit together: pair them and let _fit_groups cut
+                groups = self._fit_groups([level[i:i + 2] for i in range(0, len(level), 2)], reduce_instruction)
+                if len(groups) == len(level):
+                    raise ContextOverflowError(
+                        "The partial summaries are too long to combine in this context; load the model with a "
+                        "longer context or lower 'max new tokens'.")
             nxt = []
             for g in groups:
                 if cancel is not None and cancel.cancelled:
                     break
-                body = "\n\n".join(f"[Part summary {k + 1}]\n{s}" for k, s in enumerate(g))
-                out, was_cancelled = self._generate(reduce_instruction, body, cancel)
+                out, was_cancelled = self._generate(reduce_instruction, _reduce_body(g), cancel)
                 if was_cancelled:
                     break
                 nxt.append(out)
@@ -188,6 +203,10 @@ class Summarizer:
         return result
 
 
+def _reduce_body(group: list[str]) -> str:
+    return "\n\n".join(f"[Part summary {k + 1}]\n{s}" for k, s in enumerate(group))
+
+
 def _reduce_steps_estimate(n: int, fan_in: int = 4) -> int:
     steps = 0
     while n > 1:
@@ -200,8 +219,8 @@ def _group(items: list[str], budget: int, count: Callable[[str], int]) -> list[l
     groups: list[list[str]] = []
     current: list[str] = []
     used = 0
-    for s in items:
-        n = count(s) + 8
+    for k, s in enumerate(items):
+        n = count(f"[Part summary {k + 1}]\n{s}\n\n")
         if current and used + n > budget:
             groups.append(current)
             current, used = [], 0

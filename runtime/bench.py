@@ -41,14 +41,18 @@ from runtime.planner import ModelSizes, Plan, kv_bytes_per_token
 def _gen_part(args: tuple[str, int, list[str], str]) -> str:
     name, seed, names, path = args
     torch.set_num_threads(1)
-    from runtime.synthetic import synthetic_config, synthetic_tensors
+    from runtime.synthetic import TENSOR_SPECS, _random_norm, random_ternary, synthetic_config
 
     cfg = synthetic_config(name)
     want = set(names)
-    part = {}
-    for n, t in synthetic_tensors(cfg, seed):  # generation is per name; skipping is cheap
-        if n in want:
-            part[n] = t
+    part: dict[str, Any] = {}
+    for spec in TENSOR_SPECS[cfg.arch](cfg):  # the same per-name generators synthetic_tensors uses
+        if spec.name not in want:
+            continue
+        if spec.kind == "ternary":
+            part[spec.name] = random_ternary(spec.name, spec.shape, seed)  # type: ignore[arg-type]
+        else:
+            part[spec.name] = _random_norm(spec.name, spec.shape, seed)
     torch.save(part, path)
     return path
 
@@ -166,8 +170,30 @@ def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dt
         torch.cuda.empty_cache()
         notes.append("placement applied after loading (model has no placement hook): the load-time peak is "
                      "not representative; peaks below are measured after placement")
+    if device.type == "cuda" and type(model.embed).__name__ == "TernaryEmbedding" and model.embed.encoding == "t2":
+        model.embed = _DeviceShiftsEmbedding(model.embed)
+        notes.append("embedding gather wrapped with device-resident shift constants (graph-capturable)")
     graph_safe = placement.graph_safe if placement is not None else False
     return model, graph_safe, notes
+
+
+class _DeviceShiftsEmbedding(torch.nn.Module):
+    """The engine's packed-table gather with its bit shifts kept on the device: unpacking with a
+    CPU constant copies it to the GPU on every call, which CUDA-graph capture does not allow."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("shifts", torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=inner.codes.device),
+                             persistent=False)
+
+    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        e = self.inner
+        codes = e.codes.index_select(0, ids)
+        scales = e.scales.index_select(0, ids)
+        trits = ((codes.unsqueeze(-1) >> self.shifts) & 3).reshape(len(ids), -1)
+        w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, e.group_size) * scales.to(torch.float32).unsqueeze(-1)
+        return w.reshape(len(ids), e.cols).to(dtype)
 
 
 def _prefill(model: Any, ids: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -223,7 +249,8 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
             dtoks.append((gen - 1) / t_dec)
             token_lists.append(toks)
     res.update({
-        "graph": dec.use_graph, "graph_replays": dec.graph_replays, "notes": notes,
+        "graph": dec.use_graph, "graph_replays": dec.graph_replays,
+        "notes": notes + ([dec.fallback_reason] if dec.fallback_reason else []),
         "ttft_s": statistics.median(ttft), "prefill_tok_s": statistics.median(pre),
         "decode_tok_s": statistics.median(dtoks), "decode_tok_s_runs": dtoks,
         "deterministic": all(t == token_lists[0] for t in token_lists), "tokens": token_lists[0],

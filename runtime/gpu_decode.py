@@ -65,6 +65,7 @@ class GraphDecoder:
         self._key = _GraphKey(True, 0)
         self._generator: torch.Generator | None = None
         self.graph_replays = 0
+        self.fallback_reason: str | None = None  # set when capture failed and decoding went eager
         if self.device.type == "cuda":
             self._host = torch.zeros(2, dtype=torch.long, pin_memory=True)
             self._events = [torch.cuda.Event(), torch.cuda.Event()]
@@ -184,7 +185,14 @@ class GraphDecoder:
             return
         graph = self._graphs.get(self._key)
         if graph is None:
-            graph = self._graphs[self._key] = self._capture()
+            try:
+                graph = self._graphs[self._key] = self._capture()
+            except RuntimeError as exc:  # something in the step is not capturable: run eagerly
+                torch.cuda.synchronize(self.device)
+                self.use_graph = False
+                self.fallback_reason = f"CUDA graph capture failed, decoding eagerly: {str(exc).splitlines()[0]}"
+                self._body()
+                return
         graph.replay()
         self.graph_replays += 1
 
@@ -231,3 +239,104 @@ def enforce_max_vram(max_vram: int, device: torch.device | str = "cuda", context
     frac = max(0.0, min(1.0, (max_vram - ctx) / total))
     torch.cuda.set_per_process_memory_fraction(frac, device)
     return frac
+
+
+# ----------------------------------------------------------------------------------------------
+# A fused one-token Qwen3 step for the graph (the engine's forward stays the reference)
+# ----------------------------------------------------------------------------------------------
+
+
+class DeviceTernaryGather(torch.nn.Module):
+    """Embedding rows from a packed t2 table, with the bit shifts kept on the device.
+
+    The engine's gather unpacks through a CPU constant that is copied to the GPU on every call,
+    which CUDA-graph capture does not allow; this does the same arithmetic with a device buffer.
+    """
+
+    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, group_size: int) -> None:
+        super().__init__()
+        self.codes, self.scales, self.group_size = codes, scales, group_size
+        self.cols = codes.shape[1] * 4
+        self.register_buffer("shifts", torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=codes.device),
+                             persistent=False)
+
+    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        codes = self.codes.index_select(0, ids)
+        scales = self.scales.index_select(0, ids)
+        trits = ((codes.unsqueeze(-1) >> self.shifts) & 3).reshape(len(ids), -1)
+        w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, self.group_size) * scales.to(torch.float32).unsqueeze(-1)
+        return w.reshape(len(ids), self.cols).to(dtype)
+
+
+def graph_safe_embedding(embed: torch.nn.Module) -> torch.nn.Module:
+    """``embed`` itself, or a :class:`DeviceTernaryGather` over its buffers for a packed t2 table."""
+    if type(embed).__name__ == "TernaryEmbedding" and getattr(embed, "encoding", None) == "t2":
+        return DeviceTernaryGather(embed.codes, embed.scales, embed.group_size)
+    return embed
+
+
+def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
+    """A one-token forward of the engine's ``Qwen3Model`` built from the fused Triton kernels.
+
+    Per layer six launches: RMSNorm+QKV mat-vec, q/k-norm+RoPE+KV write, split-KV decode
+    attention over the live length only, O mat-vec+residual, RMSNorm+gate/up+SiLU*up, down
+    mat-vec+residual; then final norm + LM head in one. It reads the model's own buffers (no
+    copies), so prefill through ``model.forward`` and decode through this share the KV cache.
+    Streamed (offloaded) layers are supported; returns ``None`` when the model is not built from
+    Triton linears on one device (CPU-computed layers, dense weights, other architectures).
+    """
+    try:
+        from runtime.kernels import triton_attention as ta
+        from runtime.kernels import triton_linear as tlin
+        from runtime.kernels import triton_rope as tr
+        from runtime.offload import StreamedLayer
+    except ImportError:
+        return None
+    cfg = getattr(model, "config", None)
+    if cfg is None or cfg.arch != "qwen3" or model.cache.k.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+        return None
+
+    def lin(m: torch.nn.Module | None) -> torch.nn.Module | None:
+        return m if isinstance(m, tlin.TritonLinear) and m.encoding == "t2" else None
+
+    layers = []
+    for layer in model.layers:
+        block, streamed = (layer.block, layer) if isinstance(layer, StreamedLayer) else (layer, None)
+        qkv = lin(getattr(getattr(block, "qkv", None), "fused", None))
+        gu = lin(getattr(getattr(block, "gate_up", None), "fused", None))
+        o, d = lin(getattr(block, "o_proj", None)), lin(getattr(block, "down_proj", None))
+        if None in (qkv, gu, o, d):
+            return None
+        layers.append((block, streamed, qkv, gu, o, d))
+    head = lin(model.lm_head)
+    if head is None:
+        return None
+    embed = graph_safe_embedding(model.embed)
+    dtype, eps = model.dtype, cfg.rms_norm_eps
+    nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
+    sm_scale = hd ** -0.5
+    cache = model.cache
+
+    def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        x = embed(tok, dtype)  # [1, H]
+        cos, sin = model.rope.cos, model.rope.sin
+        seq_len = pos + 1
+        for i, (b, streamed, qkv, gu, o, d) in enumerate(layers):
+            if streamed is not None:
+                streamed._streamer.before(streamed.index)
+            y = tlin.fused_rmsnorm_matvec(x, b.input_norm, eps, qkv.codes, qkv.scales, qkv.group_size)
+            q = y[:, :nq].view(1, cfg.num_heads, hd)
+            k = y[:, nq:nq + nkv].view(1, cfg.num_kv_heads, hd)
+            v = y[:, nq + nkv:].view(1, cfg.num_kv_heads, hd)
+            kc, vc = cache.k[i], cache.v[i]
+            qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps)
+            a = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale)
+            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x)
+            h = tlin.swiglu_matvec(x, gu.codes, gu.scales, gu.group_size, norm_weight=b.post_norm, eps=eps)
+            x = tlin.ternary_matvec(h, d.codes, d.scales, d.group_size, residual=x)
+            if streamed is not None:
+                streamed._streamer.after(streamed.index)
+        logits = tlin.fused_rmsnorm_matvec(x, model.final_norm, eps, head.codes, head.scales, head.group_size)
+        return logits.reshape(-1).to(torch.float32)
+
+    return step

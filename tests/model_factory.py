@@ -225,7 +225,17 @@ def make_ternary_hf_model(cfg, seed: int = 0, group_size: int = 128, dtype: torc
 
 def tiny_tokenizer():
     """A real byte-level BPE tokenizer shaped like Qwen2/Qwen3's (see module docstring)."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE(unk_token=None, fuse_unk=False, byte_fallback=False))
     tok.normalizer = normalizers.NFC()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 
@@ -50,3 +51,15 @@ def run(args: argparse.Namespace) -> int:
         with atomic_output(args.json) as f:
             f.write(json.dumps(res, indent=2).encode())
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``ternary bench`` alone (``python -m runtime.cli.bench``), without the other subcommands."""
+    parser = argparse.ArgumentParser(prog="ternary")
+    register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bench", *(argv if argv is not None else sys.argv[1:])])
+    return run(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

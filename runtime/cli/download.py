@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             hf_endpoint = args.endpoint
     ms_endpoint = args.modelscope_endpoint or ms_endpoint
     settings = HubSettings.load(paths, source=args.source, hf_endpoint=hf_endpoint, modelscope_endpoint=ms_endpoint)
-    target = resolve_target(args.spec, Catalog.load(paths), args.file)
+    target = resolve_target(args.spec, Catalog.load(paths, with_memory=False), args.file)
     fetcher = ModelFetcher(paths, settings)
 
     cancel = threading.Event()
@@ -119,24 +119,44 @@ def run(args: argparse.Namespace) -> int:
     print(f"sha256:    {item.sha256} ({item.size} bytes, verified)")
     if result.resumed_from:
         print(f"resumed from byte {result.resumed_from}")
-    _maybe_convert(item, args)
+    _maybe_convert(item, paths, args)
     return 0
 
 
-def _maybe_convert(item, args: argparse.Namespace) -> None:
-    """Offer .ternary conversion when the converter exists; the original sha256 is its provenance."""
-    import importlib.util
+def _maybe_convert(item, paths, args: argparse.Namespace) -> None:
+    """Convert a downloaded GGUF to .ternary (default on for GGUF when the converter exists).
+
+    A failed conversion does not undo the download: the verified GGUF stays installed and loads
+    directly, and we say why the conversion did not happen.
+    """
+    from runtime.errors import TernaryError
+    from runtime.hub.convert_hook import convert_installed, converter_available
+    from runtime.hub.store import ModelStore
 
     is_gguf = item.path.name.lower().endswith(".gguf")
     wanted = args.convert if args.convert is not None else is_gguf
     if not wanted:
         return
-    if importlib.util.find_spec("runtime.formats.convert") is None:
-        print("note: the .ternary converter is not available in this build; the GGUF is loaded directly",
+    if not is_gguf:
+        print("note: only GGUF downloads are converted; this file is used as downloaded", file=sys.stderr)
+        return
+    if not converter_available():
+        print("note: the .ternary converter is not in this build; the GGUF is loaded directly", file=sys.stderr)
+        return
+    tty = sys.stderr.isatty()
+
+    def progress(stage: str, done: int, total: int, detail: str) -> None:
+        if tty:
+            pct = 100.0 * done / total if total else 0.0
+            print(f"\r{stage} {pct:5.1f}%  {detail[:40]:<40}", end="", file=sys.stderr, flush=True)
+
+    print(f"converting {item.filename} to .ternary (use --no-convert to skip)...", file=sys.stderr)
+    try:
+        out = convert_installed(item, ModelStore(paths), progress=progress)
+    except TernaryError as exc:
+        print(f"\nnote: conversion to .ternary failed ({exc}); the verified GGUF is installed and loads directly",
               file=sys.stderr)
         return
-    from runtime.hub.convert_hook import convert_installed
-
-    out = convert_installed(item)
-    if out is not None:
-        print(f"converted: {out} (provenance: original sha256 {item.sha256})")
+    if tty:
+        print(file=sys.stderr)
+    print(f"converted: {out.path} (provenance: original sha256 {item.sha256})")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
+from runtime.formats.model_data import Tensor
 from runtime.model.config import ModelConfig, RopeScaling
 
 Shape = tuple[int, ...]
@@ -37,10 +38,24 @@ class ArchSpec:
     gguf_metadata: Callable[[ModelConfig], dict[str, Any]]  # arch keys for the GGUF writer
     hf_block_prefix: str = "model.layers."
     gguf_block_prefix: str = "blk."
+    # ---- optional hooks for architectures that need more than renaming (e.g. qwen35) ----------
+    # GGUF name (+ block_count) -> canonical name; None = a tensor the text model ignores (dropped);
+    # raise for unknown names. Replaces the dict lookup when set.
+    gguf_name_fn: Callable[[str, int | None], str | None] | None = None
+    # HF checkpoint name -> canonical name (None = ignore, e.g. a vision tower). Default: identity.
+    hf_name_fn: Callable[[str], str | None] | None = None
+    # value/layout conversions after decoding (canonical name, tensor, config) -> tensor
+    tensor_from_gguf: Callable[[str, Tensor, ModelConfig], Tensor] | None = None
+    tensor_from_hf: Callable[[str, Tensor, ModelConfig], Tensor] | None = None
+    # canonical tensor -> (GGUF name, tensor in GGUF conventions), for the writer
+    tensor_to_gguf: Callable[[str, Tensor, ModelConfig], tuple[str, Tensor]] | None = None
+    # canonical shape of a GGUF tensor when the layout differs (e.g. conv [C, K] -> [C, 1, K])
+    shape_from_gguf: Callable[[str, Shape], Shape] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     # ---- name mapping -------------------------------------------------------------------------
     def gguf_to_hf(self, gguf_name: str) -> str | None:
+        """Canonical name of a GGUF tensor, or None if it is not one of this architecture's."""
         if gguf_name in self.gguf_global_names:
             return self.gguf_global_names[gguf_name]
         if gguf_name.startswith(self.gguf_block_prefix):

@@ -6,17 +6,12 @@ and ``ssm_a = -exp(A_log)`` as stored (``norm_weight_offset == 0`` and tensor
 ``linear_attn.A``); an HF source keeps zero-centred norms and ``linear_attn.A_log``
 (``norm_weight_offset == 1``). ``expected_shapes`` follows the same rule.
 
-Value transforms that a rename cannot express are offered through ``ArchSpec.extra`` hooks, which
-the readers / writer call when present:
-
-* ``extra["tensor_from_gguf"](hf_name, tensor, config) -> tensor`` after decoding a GGUF tensor
-  (V-head order tiled -> grouped, conv ``[C, K]`` -> ``[C, 1, K]``);
-* ``extra["tensor_to_gguf"](hf_name, tensor, config) -> tensor`` before encoding one (the inverse,
-  plus ``+1`` on norms and ``A_log -> -exp(A_log)`` for HF-convention sources);
-* ``extra["gguf_shape"](hf_name, gguf_shape) -> canonical shape``;
-* ``extra["gguf_skip"](gguf_name, metadata) -> bool``: tensors the text model does not load (MTP);
-* ``extra["hf_rename"](name) -> canonical name or None`` for ``Qwen3_5ForConditionalGeneration``
-  checkpoints (``model.language_model.*``; vision tower and MTP head dropped).
+Value transforms that a rename cannot express use the ArchSpec hooks: ``gguf_name_fn`` (MTP
+tensors dropped), ``shape_from_gguf`` (conv ``[C, K]`` -> ``[C, 1, K]``), ``tensor_from_gguf``
+(V-head order tiled -> grouped), ``tensor_to_gguf`` (the inverse, plus ``+1`` on norms and
+``A_log -> -exp(A_log)`` for HF-convention sources) and ``hf_name_fn``
+(``Qwen3_5ForConditionalGeneration`` stores ``model.language_model.*``; vision tower and MTP head
+are dropped).
 """
 
 from __future__ import annotations
@@ -33,7 +28,6 @@ Shape = tuple[int, ...]
 
 GGUF_GLOBAL = dict(q._GLOBAL_NAMES)
 GGUF_BLOCK = dict(q._LAYER_NAMES)
-GGUF_BLOCK_WRITE_ONLY = {"ssm_a": "linear_attn.A_log"}  # HF-convention sources write A_log as ssm_a
 
 
 def expected_shapes(c: ModelConfig) -> dict[str, Shape]:
@@ -128,21 +122,17 @@ def gguf_metadata(c: ModelConfig) -> dict[str, Any]:
     return out
 
 
-def gguf_skip(gguf_name: str, meta: Mapping[str, Any]) -> bool:
-    """MTP head tensors (``blk.{n}.nextn.*`` and blocks past the text layers) are not loaded."""
-    n = int(meta.get("qwen35.block_count", 0)) - int(meta.get("qwen35.nextn_predict_layers", 0) or 0)
-    try:
-        return q.gguf_name_to_canonical(gguf_name, n) is None
-    except Exception:
-        return False
+def gguf_name_fn(gguf_name: str, n_blocks: int | None) -> str | None:
+    """GGUF -> canonical name; None for the MTP head (``*.nextn.*`` and blocks past the text layers)."""
+    return q.gguf_name_to_canonical(gguf_name, n_blocks)
 
 
 def tensor_from_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> Tensor:
     return q.tensor_from_gguf(hf_name, t, config)
 
 
-def tensor_to_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> Tensor:
-    return q.tensor_to_gguf(hf_name, t, config)[1]
+def tensor_to_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> tuple[str, Tensor]:
+    return q.tensor_to_gguf(hf_name, t, config)
 
 
 class _Qwen35Spec(ArchSpec):
@@ -166,11 +156,9 @@ register_arch(_Qwen35Spec(
     config_from_gguf=config_from_gguf,
     config_from_hf=config_from_hf,
     gguf_metadata=gguf_metadata,
-    extra={
-        "tensor_from_gguf": tensor_from_gguf,
-        "tensor_to_gguf": tensor_to_gguf,
-        "gguf_shape": gguf_shape,
-        "gguf_skip": gguf_skip,
-        "hf_rename": q.hf_name_to_canonical,
-    },
+    gguf_name_fn=gguf_name_fn,
+    hf_name_fn=q.hf_name_to_canonical,
+    tensor_from_gguf=tensor_from_gguf,
+    tensor_to_gguf=tensor_to_gguf,
+    shape_from_gguf=gguf_shape,
 ))

@@ -340,7 +340,14 @@ class GGUFSource:
         self.arch: ArchSpec = arch_for_gguf(gguf_arch)
         self.names: dict[str, str] = {}  # canonical -> gguf
         unknown = []
+        n_blocks = meta.get(f"{gguf_arch}.block_count")
+        n_blocks = int(n_blocks) if isinstance(n_blocks, int) and not isinstance(n_blocks, bool) else None
         for gname in self.file.tensors:
+            if self.arch.gguf_name_fn is not None:
+                hf = self.arch.gguf_name_fn(gname, n_blocks)
+                if hf is not None:
+                    self.names[hf] = gname
+                continue
             hf = self.arch.gguf_to_hf(gname)
             if hf is None:
                 unknown.append(gname)
@@ -351,7 +358,7 @@ class GGUFSource:
                 f"{name}: tensors this runtime does not know for {gguf_arch}: {', '.join(unknown[:5])}"
                 + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
             )
-        shapes = {hf: self.file.tensors[g].shape for hf, g in self.names.items()}
+        shapes = {hf: self.tensor_shape(hf) for hf in self.names}
         self.config = self.arch.config_from_gguf(meta, shapes)
         check_tensor_set(self.config, shapes, source=name)
         self.tokenizer = tokenizer_from_gguf(meta) if "tokenizer.ggml.model" in meta else None
@@ -369,19 +376,22 @@ class GGUFSource:
         return list(self.names)
 
     def tensor_shape(self, hf_name: str) -> tuple[int, ...]:
-        return self.file.tensors[self.names[hf_name]].shape
+        """Canonical shape (the architecture may change the GGUF layout, see ArchSpec.shape_from_gguf)."""
+        shape = self.file.tensors[self.names[hf_name]].shape
+        return self.arch.shape_from_gguf(hf_name, shape) if self.arch.shape_from_gguf else shape
 
     def tensor_spec(self, hf_name: str) -> TensorSpec:
         """What :meth:`load` will return, without decoding (the .ternary header needs it first)."""
         info = self.file.tensors[self.names[hf_name]]
+        shape = self.tensor_shape(hf_name)
         ternary_class = self.arch.is_ternary(hf_name, info.shape)
         if info.gtype.ternary and ternary_class:
             enc = self.ternary_encoding or (T3 if info.gtype is gc.PTQ1_0 else T2)
-            return TensorSpec(hf_name, enc, info.shape, info.gtype.block_size)
+            return TensorSpec(hf_name, enc, shape, info.gtype.block_size)
         if not info.gtype.ternary and ternary_class and self.non_ternary != "dense":
-            return TensorSpec(hf_name, self.ternary_encoding or T2, info.shape, self.group_size)
+            return TensorSpec(hf_name, self.ternary_encoding or T2, shape, self.group_size)
         enc = {gc.F16.name: "f16", gc.BF16.name: "bf16"}.get(info.gtype.name, "f32")
-        return TensorSpec(hf_name, enc, info.shape)
+        return TensorSpec(hf_name, enc, shape)
 
     def load(self, hf_name: str) -> Tensor:
         """Decode one tensor into its canonical form (ternary-class tensors become TernaryTensor)."""
@@ -396,6 +406,8 @@ class GGUFSource:
             self.max_quant_error = max(self.max_quant_error, err)
         elif isinstance(t, TernaryTensor) and not self.arch.is_ternary(hf_name, info.shape):
             t = DenseTensor(t.dequantize(torch.float32))
+        if self.arch.tensor_from_gguf is not None:
+            t = self.arch.tensor_from_gguf(hf_name, t, self.config)
         return t
 
     def iter_tensors(self) -> Iterator[tuple[str, Tensor]]:

@@ -23,6 +23,7 @@ Layouts (all little-endian; see docs/format.md and the research note section 3):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,13 @@ _GGML_ENC = ((np.arange(243, dtype=np.uint16) * 256 + 242) // 243).astype(np.uin
 _T3_DEC = ((np.arange(256, dtype=np.int32)[:, None] // np.array([1, 3, 9, 27, 81])[None, :]) % 3).astype(np.uint8)
 # 2-bit fields of a byte, LSB first
 _T2_DEC = ((np.arange(256, dtype=np.uint8)[:, None] >> np.array([0, 2, 4, 6], dtype=np.uint8)) & 3).astype(np.uint8)
+# the same tables with one extra always-zero column, the source of padding trits in index gathers
+_ZCOL = np.zeros((256, 1), dtype=np.uint8)
+_GGML_DEC6 = np.concatenate([_GGML_DEC, _ZCOL], axis=1)
+_T3_DEC6 = np.concatenate([_T3_DEC, _ZCOL], axis=1)
+_T2_DEC5 = np.concatenate([_T2_DEC, _ZCOL], axis=1)
+_W3_LSB = np.array([1, 3, 9, 27, 81], dtype=np.uint8)
+_W3_MSB = np.array([81, 27, 9, 3, 1], dtype=np.uint8)
 
 
 def _chunks(rows: int, cols: int):
@@ -232,9 +240,9 @@ def decode_ternary(raw: np.ndarray, rows: int, cols: int, gtype: GGMLType, encod
         if gtype is TQ2_0:
             qs = b[..., :64].reshape(r1 - r0, nb, 2, 1, 32)
             w = (qs >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 1, 4, 1)) & 3  # [r, nb, c, l, m]
+            codes[r0:r1] = _pack_codes(w.reshape(r1 - r0, cols), enc, B)
         else:
-            w = _base3_block_trits(b, gtype)
-        codes[r0:r1] = _pack_codes(w.reshape(r1 - r0, cols), enc, B)
+            codes[r0:r1] = _base3_decode(b, B, enc).reshape(r1 - r0, -1)
     return TernaryTensor((rows, cols), B, torch.from_numpy(codes), torch.from_numpy(scales), enc)
 
 
@@ -249,25 +257,75 @@ def _stages(nq: int) -> list[int]:
     return out
 
 
-def _base3_layout(gtype: GGMLType) -> tuple[int, int]:
-    """(len(qs), len(qh)) of a base-3 block."""
-    B = gtype.block_size
-    nh = B // 64
-    nq = (B - 4 * nh) // 5
-    return nq, nh
+@functools.cache
+def _base3_tables(block: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """(len(qs), len(qh), src, dst) of a base-3 block of ``block`` weights.
 
-
-def _base3_block_trits(b: np.ndarray, gtype: GGMLType) -> np.ndarray:
-    """[r, nb, type_size] base-3 blocks -> trits [r, nb, B] in weight order."""
-    nq, nh = _base3_layout(gtype)
-    parts, pos = [], 0
+    ``src[w]``: position of weight w's trit in the block's bytes expanded 6 digits per byte
+    (``_GGML_DEC6``); ``dst[byte, n]``: the weight whose trit is digit n of that byte (-1: padding).
+    """
+    nh = block // 64
+    nq = (block - 4 * nh) // 5
+    src = np.empty(block, dtype=np.int64)
+    dst = np.full((nq + nh, 5), -1, dtype=np.int64)
+    pos = base = 0
     for c in _stages(nq):
-        t = _GGML_DEC[b[..., pos:pos + c]]  # [r, nb, c(m), 5(n)]
-        parts.append(np.swapaxes(t, -1, -2).reshape(*b.shape[:-1], 5 * c))
+        for m in range(c):
+            for n in range(5):
+                src[base + m + n * c] = (pos + m) * 6 + n
+                dst[pos + m, n] = base + m + n * c
         pos += c
-    th = _GGML_DEC[b[..., nq:nq + nh]][..., :4]  # [r, nb, nh(j), 4(n)]
-    parts.append(np.swapaxes(th, -1, -2).reshape(*b.shape[:-1], 4 * nh))
-    return np.concatenate(parts, axis=-1)
+        base += 5 * c
+    for j in range(nh):
+        for n in range(4):
+            src[base + j + n * nh] = (nq + j) * 6 + n
+            dst[nq + j, n] = base + j + n * nh
+    return nq, nh, src, dst
+
+
+@functools.cache
+def _base3_decode_index(block: int, encoding: str) -> np.ndarray:
+    """Gather index: expanded GGML digits -> weights in canonical order (t3: padded groups)."""
+    _nq, _nh, src, _dst = _base3_tables(block)
+    if encoding == T2:
+        return src
+    nbg = t3_bytes_per_group(block)
+    w = np.arange(nbg * 5)
+    return np.where(w < block, src[np.minimum(w, block - 1)], 5)  # 5: byte 0's always-zero digit
+
+
+def _base3_decode(b: np.ndarray, block: int, encoding: str) -> np.ndarray:
+    """[r, nb, type_size] base-3 blocks -> canonical codes bytes [r, nb, bytes per block]."""
+    nq, nh, _src, _dst = _base3_tables(block)
+    r, nb = b.shape[:2]
+    exp = _GGML_DEC6[b[..., :nq + nh]].reshape(r, nb, (nq + nh) * 6)
+    trits = np.take(exp, _base3_decode_index(block, encoding), axis=-1)
+    if encoding == T2:
+        return _pack2(trits)
+    t = trits.reshape(r, nb, -1, 5)
+    return (t * _W3_LSB).sum(-1, dtype=np.uint8)
+
+
+def _base3_encode(t: TernaryTensor, r0: int, r1: int, block: int, nb: int) -> np.ndarray:
+    """Rows r0:r1 of a ternary tensor -> GGML base-3 bytes without the scale, [r, nb, nq + nh]."""
+    nq, nh, _src, dst = _base3_tables(block)
+    r = r1 - r0
+    packed = _np(t.codes[r0:r1])
+    if t.encoding == T3 and t.group_size == block:
+        nbg = t3_bytes_per_group(block)
+        exp = _T3_DEC6[packed].reshape(r, nb, nbg * 6)
+        pos = np.where(dst >= 0, (dst // 5) * 6 + dst % 5, 5)
+    elif t.encoding == T2:
+        exp = _T2_DEC5[packed].reshape(r, nb, block // 4 * 5)
+        if exp.max(initial=0) > 2:
+            raise ValueError(f"code 3 (+2*scale) cannot be stored in base-3 blocks of {block}")
+        pos = np.where(dst >= 0, (dst // 4) * 5 + dst % 4, 4)
+    else:  # t3 with another group size: unpack to codes first (rare)
+        codes = ternary_codes(t, r0, r1).reshape(r, nb, block)
+        exp = np.concatenate([codes, np.zeros((r, nb, 1), dtype=np.uint8)], axis=-1)
+        pos = np.where(dst >= 0, dst, block)
+    g = np.take(exp, pos.reshape(-1), axis=-1).reshape(r, nb, nq + nh, 5)
+    return _GGML_ENC[(g * _W3_MSB).sum(-1, dtype=np.uint8)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -292,32 +350,17 @@ def encode_ternary(t: TernaryTensor, gtype: GGMLType) -> np.ndarray:
             else:
                 out[r0:r1, :, 2:] = _pack2(ternary_codes(t, r0, r1)).reshape(r1 - r0, nb, B // 4)
             continue
-        codes = ternary_codes(t, r0, r1).reshape(r1 - r0, nb, B)
         out[r0:r1, :, -2:] = scales[r0:r1]
         if gtype is TQ2_0:
-            c = codes.reshape(r1 - r0, nb, 2, 4, 32)
+            c = ternary_codes(t, r0, r1).reshape(r1 - r0, nb, 2, 4, 32)
             out[r0:r1, :, :64] = (c[..., 0, :] | (c[..., 1, :] << 2) | (c[..., 2, :] << 4)
                                   | (c[..., 3, :] << 6)).reshape(r1 - r0, nb, 64)
             continue
-        if codes.max(initial=0) > 2:
-            raise ValueError(f"code 3 (+2*scale) cannot be stored in base-3 {gtype.name}")
-        out[r0:r1, :, :-2] = _base3_encode_blocks(codes, gtype)
+        try:
+            out[r0:r1, :, :-2] = _base3_encode(t, r0, r1, B, nb)
+        except ValueError:
+            raise ValueError(f"code 3 (+2*scale) cannot be stored in base-3 {gtype.name}") from None
     return out.reshape(rows, nb * gtype.type_size)
-
-
-def _base3_encode_blocks(trits: np.ndarray, gtype: GGMLType) -> np.ndarray:
-    nq, nh = _base3_layout(gtype)
-    parts, pos = [], 0
-    w3 = np.array([81, 27, 9, 3, 1], dtype=np.uint16)
-    for c in _stages(nq):
-        t = trits[..., pos:pos + 5 * c].reshape(*trits.shape[:-1], 5, c).astype(np.uint16)
-        q = (t * w3[:, None]).sum(-2)
-        parts.append(_GGML_ENC[q])
-        pos += 5 * c
-    t = trits[..., pos:pos + 4 * nh].reshape(*trits.shape[:-1], 4, nh).astype(np.uint16)
-    q = (t * np.array([27, 9, 3, 1], dtype=np.uint16)[:, None]).sum(-2) * 3
-    parts.append(_GGML_ENC[q])
-    return np.concatenate(parts, axis=-1)
 
 
 # ----------------------------------------------------------------------------------------------

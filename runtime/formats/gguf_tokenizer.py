@@ -134,7 +134,7 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> TokenizerData:
 
 def _detect_pre(doc: dict[str, Any]) -> str:
     pre = doc.get("pre_tokenizer") or {}
-    for name, (norm, pt, _ig) in PRE_TOKENIZERS.items():
+    for name, (_norm, pt, _ig) in PRE_TOKENIZERS.items():
         if name == "default":
             continue
         if json.dumps(pt, sort_keys=True) == json.dumps(pre, sort_keys=True):

@@ -74,20 +74,30 @@ def encode_tensor(t: Tensor, gtype: gc.GGMLType) -> np.ndarray:
 def write_gguf(model: ModelData, path: str | os.PathLike[str], ttype: str, *, name: str | None = None,
                alignment: int = 32, extra_metadata: dict[str, tuple[str, Any]] | None = None) -> Path:
     """Write ``model`` as GGUF v3 (atomically). See module docstring for ``ttype``."""
+    arch = get_arch(model.config.arch)
+    tensors, gguf_names = dict(model.tensors), None
+    if arch.tensor_to_gguf is not None:  # architectures whose GGUF layout differs (qwen35)
+        gguf_names = {}
+        for n, t in model.tensors.items():
+            gguf_names[n], tensors[n] = arch.tensor_to_gguf(n, t, model.config)
     return write_gguf_stream(model.config, model.tokenizer, model.generation_defaults,
-                             ((n, t) for n, t in model.tensors.items()), path, ttype,
+                             ((n, t) for n, t in tensors.items()), path, ttype,
                              name=name or model.name, alignment=alignment, extra_metadata=extra_metadata,
-                             shapes={n: t.shape for n, t in model.tensors.items()},
-                             kinds={n: isinstance(t, TernaryTensor) for n, t in model.tensors.items()},
-                             dense_dtypes={n: t.data.dtype for n, t in model.tensors.items()
-                                           if isinstance(t, DenseTensor)})
+                             shapes={n: t.shape for n, t in tensors.items()},
+                             kinds={n: isinstance(t, TernaryTensor) for n, t in tensors.items()},
+                             dense_dtypes={n: t.data.dtype for n, t in tensors.items()
+                                           if isinstance(t, DenseTensor)}, gguf_names=gguf_names)
 
 
 def write_gguf_stream(config, tokenizer, generation_defaults: dict[str, Any], tensors: Iterable[tuple[str, Tensor]],
                       path: str | os.PathLike[str], ttype: str, *, name: str, shapes: dict[str, tuple[int, ...]],
                       kinds: dict[str, bool], dense_dtypes: dict[str, torch.dtype] | None = None,
-                      alignment: int = 32, extra_metadata: dict[str, tuple[str, Any]] | None = None) -> Path:
-    """Streaming form: ``shapes``/``kinds`` (is ternary) describe the tensors ``tensors`` yields in order."""
+                      alignment: int = 32, extra_metadata: dict[str, tuple[str, Any]] | None = None,
+                      gguf_names: dict[str, str] | None = None) -> Path:
+    """Streaming form: ``shapes``/``kinds`` (is ternary) describe the tensors ``tensors`` yields in order.
+
+    ``gguf_names`` overrides the architecture's canonical -> GGUF name mapping.
+    """
     if ttype not in gc.TYPES_BY_NAME:
         raise ValueError(f"unknown GGUF tensor type {ttype!r} (known: {', '.join(gc.TYPES_BY_NAME)})")
     tt = gc.TYPES_BY_NAME[ttype]
@@ -114,7 +124,7 @@ def write_gguf_stream(config, tokenizer, generation_defaults: dict[str, Any], te
     plan = []  # (gguf name, ne, gtype, offset, nbytes)
     offset = 0
     for hf_name, shape in shapes.items():
-        gname = arch.hf_to_gguf(hf_name)
+        gname = gguf_names[hf_name] if gguf_names else arch.hf_to_gguf(hf_name)
         if gname is None:
             raise ValueError(f"no GGUF name for tensor {hf_name}")
         ternary_class = arch.is_ternary(hf_name, tuple(shape))

@@ -25,7 +25,15 @@ import torch
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats import codecs
 from runtime.formats.arch import ArchSpec, arch_for_hf, check_tensor_set
-from runtime.formats.model_data import T2, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor, TokenizerData
+from runtime.formats.model_data import (
+    T2,
+    DenseTensor,
+    ModelData,
+    Provenance,
+    Tensor,
+    TernaryTensor,
+    TokenizerData,
+)
 from runtime.formats.ternary_file import TensorSpec
 
 MAX_JSON_BYTES = 64 << 20  # tokenizer.json of a 250k vocab is ~12 MB
@@ -129,7 +137,7 @@ def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
         spans.append((b, en, name))
         out[name] = _STEntry(path, dtype, shape, data_start + b, data_start + en)
     spans.sort()
-    for (b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:], strict=False):
+    for (_b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:], strict=False):
         if b1 < e0:
             raise ModelFormatError(f"{path.name}: tensors {n0} and {n1} overlap")
     return out
@@ -258,7 +266,10 @@ class HFSource:
                 raise ModelFormatError(f"{p.name}: no .safetensors files (PyTorch .bin checkpoints are not read)")
         entries: dict[str, _STEntry] = {}
         for fn in files:
-            for name, e in read_safetensors_header(p / fn).items():
+            for stored, e in read_safetensors_header(p / fn).items():
+                name = self.arch.hf_name_fn(stored) if self.arch.hf_name_fn is not None else stored
+                if name is None:
+                    continue  # e.g. a vision tower the text model does not use
                 if name in entries:
                     raise ModelFormatError(f"{p.name}: tensor {name} appears in two shards")
                 entries[name] = e
@@ -300,8 +311,11 @@ class HFSource:
             t, err = ternarize(w, name, self.group_size, quantize=self.quantize, encoding=self.ternary_encoding,
                                source=self.path.name)
             self.max_quant_error = max(self.max_quant_error, err)
-            return t
-        return DenseTensor(w.to(torch.float32) if w.dtype == torch.float64 else w.clone())
+        else:
+            t = DenseTensor(w.to(torch.float32) if w.dtype == torch.float64 else w.clone())
+        if self.arch.tensor_from_hf is not None:
+            t = self.arch.tensor_from_hf(name, t, self.config)
+        return t
 
     def iter_tensors(self) -> Iterator[tuple[str, Tensor]]:
         for n in self.names:
@@ -346,6 +360,8 @@ def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[st
                                generation_config: Mapping[str, Any] | None = None, name: str = "") -> ModelData:
     """In-memory variant of :func:`read_hf_folder` (for tests and tools that hold a model)."""
     arch = arch_for_hf(str(config_dict.get("model_type")))
+    if arch.hf_name_fn is not None:
+        state = {c: v for k, v in state.items() if (c := arch.hf_name_fn(k)) is not None}
     state = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
     if config_dict.get("tie_word_embeddings"):
         state.pop("lm_head.weight", None)
@@ -358,6 +374,8 @@ def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[st
             tensors[k], _ = ternarize(v, k, group_size, quantize=quantize, source=name or "state dict")
         else:
             tensors[k] = DenseTensor(v.detach().clone())
+        if arch.tensor_from_hf is not None:
+            tensors[k] = arch.tensor_from_hf(k, tensors[k], config)
     tok = tokenizer_data_from_hf(tokenizer_json, tokenizer_config, chat_template, generation_config, config_dict)
     return ModelData(config=config, tensors=tensors, tokenizer=tok,
                      generation_defaults=generation_defaults_from_hf(generation_config),

@@ -6,10 +6,9 @@ Only pins from our research notes are in it (``sha256_source`` says where each c
 without a pin get their expected sha256 from the hub's metadata at download time. ModelScope
 entries are marked ``verified: false`` until someone confirms the mirror exists.
 
-The memory columns (``packed_bytes``, ``min_vram_bytes``, ``min_ram_bytes``) are computed by
-:func:`memory_requirements` with the planner's own arithmetic and stored in the JSON so the
-catalog loads without torch; a test fails if the stored numbers drift from the planner
-(refresh with ``python -m runtime.hub.catalog --refresh``).
+The memory columns (``packed_bytes``, ``min_vram_bytes``, ``min_ram_bytes``) are not stored: they
+are computed at load time by :func:`memory_requirements`, which calls :mod:`runtime.planner` (the
+arithmetic ``ternary plan`` and the engine use), so the catalog can never disagree with the planner.
 
 User additions (any Hugging Face or ModelScope repo + file, or a local file) live in
 ``<config dir>/user_catalog.json`` (atomic writes).
@@ -17,6 +16,7 @@ User additions (any Hugging Face or ModelScope repo + file, or a local file) liv
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -133,6 +133,7 @@ def _model_from_dict(d: dict[str, Any], user: bool = False) -> CatalogModel:
     return CatalogModel(files=files, huggingface=hf, modelscope=ms, user=user, **d)
 
 
+@functools.lru_cache(maxsize=64)
 def memory_requirements(shape_config: str, quant: str | None) -> tuple[int, int, int] | None:
     """(packed weight bytes, min VRAM for a GPU run, min RAM for a CPU run) at MIN_CONTEXT tokens.
 
@@ -155,16 +156,6 @@ def memory_requirements(shape_config: str, quant: str | None) -> tuple[int, int,
     return sizes.total_bytes, gpu.predicted.total, cpu.predicted.allocated
 
 
-def refresh_computed(raw: dict[str, Any]) -> dict[str, Any]:
-    """Recompute the memory columns of a raw catalog dict in place (and return it)."""
-    for m in raw["models"]:
-        for f in m["files"]:
-            req = memory_requirements(m.get("shape_config"), f.get("quant")) if m.get("shape_config") else None
-            if req:
-                f["packed_bytes"], f["min_vram_bytes"], f["min_ram_bytes"] = req
-    return raw
-
-
 class Catalog:
     """Built-in models plus user additions. ``models`` keeps catalog order, user entries last."""
 
@@ -173,7 +164,10 @@ class Catalog:
         self.paths = paths
 
     @classmethod
-    def load(cls, paths: HubPaths | None = None, catalog_file: str | os.PathLike[str] | None = None) -> Catalog:
+    def load(cls, paths: HubPaths | None = None, catalog_file: str | os.PathLike[str] | None = None,
+             with_memory: bool = True) -> Catalog:
+        """Built-in catalog (+ user additions when ``paths`` is given); ``with_memory`` fills the
+        planner-derived memory columns (imports torch; the download path skips it)."""
         path = Path(catalog_file) if catalog_file else resources_dir() / "catalog.json"
         raw = read_json(path)
         if not isinstance(raw, dict) or raw.get("schema") != SCHEMA:
@@ -185,6 +179,12 @@ class Catalog:
                     models.append(_model_from_dict(m, user=True))
                 except (TypeError, ValueError, KeyError):
                     continue  # a hand-edited broken entry must not hide the whole catalog
+        if with_memory:
+            for m in models:
+                for f in m.files:
+                    req = memory_requirements(m.shape_config, f.quant) if m.shape_config else None
+                    if req:
+                        f.packed_bytes, f.min_vram_bytes, f.min_ram_bytes = req
         return cls(models, paths)
 
     def get(self, model_id: str) -> CatalogModel | None:
@@ -256,18 +256,3 @@ class Catalog:
         write_json_atomic(self.paths.user_catalog_file, raw)
         self.models = [m for m in self.models if not (m.user and m.id.lower() == model_id.lower())]
         return True
-
-
-def _main(argv: list[str]) -> int:
-    if argv[:1] != ["--refresh"]:
-        print("usage: python -m runtime.hub.catalog --refresh   (recompute memory columns with the planner)")
-        return 2
-    path = resources_dir() / "catalog.json"
-    raw = refresh_computed(read_json(path))
-    write_json_atomic(path, raw)
-    print(f"updated {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main(sys.argv[1:]))

@@ -25,6 +25,7 @@ from __future__ import annotations
 import email.utils
 import errno
 import hashlib
+import http.client
 import json
 import logging
 import os
@@ -41,6 +42,7 @@ from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import urllib3
 
 from runtime.errors import TernaryError
 from runtime.hub.errors import (
@@ -344,12 +346,13 @@ class Transfer:
         raw = getattr(resp, "raw", None)
         conn = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
         sock = getattr(conn, "sock", None)
-        try:
-            if sock is not None:
+        if sock is not None:
+            try:
                 sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
+                return
+            except OSError:
+                pass
+        try:  # no socket handle (other urllib3 version): closing is the next best thing
             resp.close()
         except Exception:
             pass
@@ -419,17 +422,18 @@ class Transfer:
         if self.partial_path.exists() and not self._partial_matches():
             log.info("discarding partial %s: it belongs to different content", self.partial_path.name)
             self.partial_path.unlink()
+        have = self.partial_path.stat().st_size if self.partial_path.exists() else 0
+        if r.size is not None and have > r.size:
+            log.info("partial %s larger than expected (%d > %d): restarting", self.partial_path.name, have, r.size)
+            self.partial_path.unlink()
+            have = 0
+        if r.size is not None:
+            check_free_space(self.partial_dir, r.size - have, what)  # before creating anything
         if not self.partial_path.exists():
             self.partial_path.touch()
         write_json_atomic(self.sidecar_path, self._sidecar())
-
-        have = self.partial_path.stat().st_size
-        if r.size is not None and have > r.size:
-            log.info("partial %s larger than expected (%d > %d): restarting", self.partial_path.name, have, r.size)
-            self.partial_path.write_bytes(b"")
-            have = 0
-        if r.size is not None:
-            check_free_space(self.partial_dir, r.size - have, what)
+        log.info("%s: %s from %s (%s of %s already here)", what, "resuming" if have else "starting",
+                 r.url, format_bytes(have), format_bytes(r.size))
 
         hasher = hashlib.sha256()
         if have:
@@ -438,6 +442,7 @@ class Transfer:
         notes: list[str] = []
         failures = 0
         attempts = 0
+        high_water = have  # failures only reset when an attempt gets further than ever before
         finished = threading.Event()
         watcher = threading.Thread(target=self._watch_cancel, args=(cancel, finished), daemon=True,
                                    name=f"cancel-watch-{r.filename}")
@@ -449,7 +454,7 @@ class Transfer:
                 if r.size is not None and have == r.size and (have > 0 or attempts > 0):
                     break  # the partial is already complete (e.g. crashed before verification)
                 attempts += 1
-                start_have = have
+                high_water = max(high_water, have)
                 try:
                     have, hasher = self._attempt(have, hasher, cancel, report, what)
                     break
@@ -467,7 +472,7 @@ class Transfer:
                         raise DownloadCancelledError(
                             f"{what}: cancelled; {format_bytes(have)} kept for resuming") from None
                     have = self.partial_path.stat().st_size if self.partial_path.exists() else 0
-                    failures = 1 if have > start_have else failures + 1
+                    failures = 1 if have > high_water else failures + 1
                     if exc.rate_limited and exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after_s:
                         raise RateLimitedError(f"{what}: rate-limited by the hub (429); try again in "
                                                f"{exc.retry_after:.0f} s", exc.retry_after) from None
@@ -502,8 +507,9 @@ class Transfer:
         try:
             status = resp.status_code
             if status == 416:
-                if r.size is not None and have == r.size:
-                    return have, hasher  # already complete
+                m = re.match(r"bytes \*/(\d+)", resp.headers.get("Content-Range", ""))
+                if (r.size is not None and have == r.size) or (m and int(m.group(1)) == have):
+                    return have, hasher  # already complete (verification judges the size)
                 raise _Restart(f"server refused range bytes={have}- (416)")
             if status == 429:
                 raise _RetryableError("HTTP 429 rate-limited", parse_retry_after(resp.headers.get("Retry-After")),
@@ -514,26 +520,41 @@ class Transfer:
                 raise _RetryableError("HTTP 408 request timeout")
             if status not in (200, 206):
                 raise http_error_for(status, resp, what)
-            if have and status == 200:
-                log.info("%s: server ignored Range; restarting from 0", what)
-                self.partial_path.write_bytes(b"")
-                have, hasher = 0, hashlib.sha256()
-            elif status == 206:
+            server_total: int | None = None
+            if status == 200:
+                if have:
+                    log.info("%s: server ignored Range; restarting from 0", what)
+                    self.partial_path.write_bytes(b"")
+                    have, hasher = 0, hashlib.sha256()
+                length = resp.headers.get("Content-Length", "")
+                server_total = int(length) if length.isdigit() else None
+            else:
                 m = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
                 if not m or int(m.group(1)) != have:
                     raise _Restart(f"server answered Range bytes={have}- with Content-Range "
                                    f"{resp.headers.get('Content-Range')!r}")
+                server_total = int(m.group(3)) if m.group(3).isdigit() else None
             try:
                 out = open(self.partial_path, "ab")
             except OSError as exc:
                 raise _disk_error(exc, what, self.partial_path) from None
+            raw = resp.raw
+            if hasattr(raw, "read1"):
+                def read_some(n: int) -> bytes:
+                    return raw.read1(n, decode_content=False)
+            else:  # pragma: no cover - urllib3 < 2
+                def read_some(n: int) -> bytes:
+                    return raw.read(n, decode_content=False)
             with out:
                 try:
-                    for chunk in resp.iter_content(self.chunk_size):
+                    while True:
+                        # read1: whatever arrived, up to chunk_size. A plain read(n) waits to fill n
+                        # and throws the bytes away when the connection drops mid-read.
+                        chunk = read_some(self.chunk_size)
+                        if not chunk:
+                            break
                         if cancel.is_set():
                             raise DownloadCancelledError(f"{what}: cancelled; {format_bytes(have)} kept for resuming")
-                        if not chunk:
-                            continue
                         try:
                             out.write(chunk)
                         except OSError as exc:
@@ -543,13 +564,24 @@ class Transfer:
                         report(have)
                     out.flush()
                     os.fsync(out.fileno())
-                except (requests.exceptions.RequestException, OSError) as exc:
+                except TernaryError:
+                    raise
+                except Exception as exc:
+                    _flush_quietly(out)
+                    if cancel.is_set():  # the watcher shut the socket: whatever the read raised
+                        raise DownloadCancelledError(
+                            f"{what}: cancelled; {format_bytes(have)} kept for resuming") from None
                     if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:  # from flush/fsync
                         raise _disk_error(exc, what, self.partial_path) from None
-                    _flush_quietly(out)
-                    raise _RetryableError(_describe_network_error(exc)) from None
+                    if isinstance(exc, (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
+                                        http.client.HTTPException, OSError)):
+                        raise _RetryableError(_describe_network_error(exc)) from None
+                    raise
+            if server_total is not None and have == server_total:
+                return have, hasher  # complete as far as the server is concerned; a size mismatch
+                # with the hub's metadata is then reported (and quarantined) by verification
             if r.size is not None and have < r.size:
-                raise _RetryableError(f"connection closed early at {have} of {r.size} bytes")
+                raise _RetryableError(f"connection closed early at {have} of {server_total or r.size} bytes")
             return have, hasher
         finally:
             with self._response_lock:

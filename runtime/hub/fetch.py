@@ -193,7 +193,12 @@ class ModelFetcher:
                     notes.append(msg)
                     say(msg)
                     continue
-                raise
+                if i == 0:
+                    raise
+                # every hub failed: say what happened on each, keep the last error's class
+                combined = type(exc)(" / ".join([*(n.split(" failed (", 1)[0] + ": " + n.split(" failed (", 1)[1]
+                                                   .rsplit("); trying", 1)[0] for n in notes), f"{_hub_name(src)}: {exc}"]))
+                raise combined from None
         assert last_error is not None
         raise last_error
 
@@ -218,6 +223,7 @@ class ModelFetcher:
             "sha256_checked": bool(remote.sha256),
         }
         if not report.ok:
+            log.warning("%s from %s failed verification: %s", target.label, remote.source, "; ".join(report.problems))
             transfer.discard_sidecar()
             qpath = self.store.quarantine(result.path, target.filename, report.problems, record)
             raise VerificationError(
@@ -226,6 +232,8 @@ class ModelFetcher:
         installed = self.store.install(result.path, target.slug, target.filename, size=result.size,
                                        sha256=result.sha256, record=record)
         transfer.discard_sidecar()
+        log.info("%s from %s verified (sha256 %s, %d bytes) and installed at %s", target.label, remote.source,
+                 result.sha256, result.size, installed.path)
         if not remote.sha256:
             notes.append(f"{_hub_name(remote.source)} published no sha256 for this file; its size and format were "
                          f"checked and its sha256 recorded as {result.sha256}")

@@ -56,7 +56,8 @@ def _translate(exc: BaseException, what: str, has_token: bool) -> HubError:
                                  if has_token else "then add a token (ternary token set hf)"))
     if isinstance(exc, hf_errors.RevisionNotFoundError):
         return NotFoundError(f"{what}: revision not found on Hugging Face")
-    if isinstance(exc, hf_errors.RemoteEntryNotFoundError):
+    # RemoteEntryNotFoundError is 1.x+; 0.x raises EntryNotFoundError for the same 404
+    if isinstance(exc, getattr(hf_errors, "RemoteEntryNotFoundError", hf_errors.EntryNotFoundError)):
         return NotFoundError(f"{what}: file not found in the repo on Hugging Face")
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
         return NotFoundError(f"{what}: repository not found on Hugging Face"

@@ -5,7 +5,7 @@ Why not the official client: ``modelscope`` pulls a large dependency tree, and e
 ``~/.modelscope`` on ``login()``; it also has no public cancel. We need two GET endpoints, so we
 call them with ``requests`` (environment proxies honoured) and reuse our own transfer engine:
 
-* ``GET {endpoint}/api/v1/models/{owner}/{name}/repo/files?Revision=..&Recursive=true``
+* ``GET {endpoint}/api/v1/models/{owner}/{name}/repo/files?Revision=..&Recursive=True``
   -> ``{"Code", "Success", "Data": {"Files": [{"Path", "Name", "Type", "Size", "Sha256"}]}}``;
   ``Type == "tree"`` marks folders; ``Sha256`` may be missing for small non-LFS files.
 * ``GET {endpoint}/api/v1/models/{owner}/{name}/repo?Revision=..&FilePath=..`` (redirects to a CDN,
@@ -54,7 +54,7 @@ class ModelScopeHub:
         what = f"{repo} (ModelScope)"
         url = f"{self._api(repo)}/repo/files"
         try:
-            resp = self.session.get(url, params={"Revision": revision, "Recursive": "true"},
+            resp = self.session.get(url, params={"Revision": revision, "Recursive": "True"},
                                     headers={"User-Agent": USER_AGENT, **self._auth()}, timeout=self.timeout_s)
         except requests.exceptions.RequestException as exc:
             raise NetworkError(f"{what}: cannot reach ModelScope ({type(exc).__name__}); offline, DNS or proxy "

@@ -76,8 +76,8 @@ class Recommendation:
 
 
 def _rank(m: CatalogModel) -> tuple[int, int]:
-    # Bigger first; at equal size the newer generation (Bonsai 2) first.
-    return (m.parameters or 0, 1 if m.generation == "bonsai-2" else 0)
+    # Bigger first (in whole billions: 26.90B and 26.896B are the same class); then Bonsai 2 first.
+    return (round((m.parameters or 0) / 1e9), 1 if m.generation == "bonsai-2" else 0)
 
 
 def recommend_model(catalog: Catalog, mem: MachineMemory | None = None) -> Recommendation:

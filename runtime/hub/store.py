@@ -144,6 +144,30 @@ class ModelStore:
                 out.append(rec)
         return out
 
+    def partial_downloads(self) -> list[dict[str, Any]]:
+        """Interrupted downloads that the next attempt will resume (sidecar fields + bytes so far)."""
+        out = []
+        pdir = self.paths.partial_dir
+        if pdir.is_dir():
+            for sidecar in sorted(pdir.glob("*.part.json")):
+                rec = read_json(sidecar, {}) or {}
+                part = sidecar.with_name(sidecar.name[: -len(".json")])
+                rec["bytes"] = part.stat().st_size if part.exists() else 0
+                rec["partial"] = str(part)
+                rec["in_progress"] = sidecar.with_name(sidecar.name[: -len(".part.json")] + ".lock").exists()
+                out.append(rec)
+        return out
+
+    def discard_partial(self, partial: str | os.PathLike[str]) -> None:
+        """Delete an interrupted download (its next attempt starts from zero)."""
+        p = Path(partial)
+        if p.parent != self.paths.partial_dir or not p.name.endswith(".part"):
+            raise ValueError(f"not a partial download: {p}")
+        if p.with_name(p.name[: -len(".part")] + ".lock").exists():
+            raise ValueError(f"{p.name} is being downloaded right now")
+        p.unlink(missing_ok=True)
+        p.with_name(p.name + ".json").unlink(missing_ok=True)
+
     def remove(self, item: InstalledFile) -> None:
         self.manifest_path(item.path).unlink(missing_ok=True)
         item.path.unlink(missing_ok=True)

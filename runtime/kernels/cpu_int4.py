@@ -1,21 +1,20 @@
-"""CPU ternary matmul through torch's own group-quantized int4 kernels.
+"""Fallback CPU ternary matmul through torch's own group-quantized int4 kernels (no compiler needed).
 
-Why this backend: on a CPU, decode is memory-bound and Python cannot run a custom 2-bit kernel.
-PyTorch ships AVX2/AVX512 kernels for weights stored as 4-bit integers with one (scale, zero) pair
-per group of input columns (``aten._weight_int4pack_mm_for_cpu``). A ternary weight
-``w = t * s`` (t in {-1, 0, +1}) is exactly such a weight: int4 ``q = t + 8`` with scale ``s`` and
-zero ``0``, because the kernel dequantizes ``w = (q - 8) * scale + zero`` (verified bit for bit
-against the reference in tests/cpu). The kernel accumulates in fp32, so results equal the reference
-up to fp32 summation order.
+Why it exists: :mod:`runtime.kernels.cpu_ternary` (exact, fastest) needs a C compiler once. Without
+one, this backend still avoids a dense copy of the weights. A ternary weight ``w = t * s`` maps to
+int4 ``q = t + 8`` with scale ``s`` and zero ``0``: torch's kernel dequantizes ``(q - 8) * scale +
+zero`` (verified in tests/cpu).
 
-Memory cost: 4 bits per weight plus an fp32 (scale, zero) pair per group, i.e. 4.5 bits per weight
-at group 128 (5 at group 64) -- about 2.2x the 2-bit ``t2`` codes + fp16 scales. The 1.7B model's
-linear weights take ~0.97 GB this way instead of ~0.46 GB.
+Precision: in torch 2.13 only the **bf16** path of ``aten._weight_int4pack_mm_for_cpu`` is fast
+(measured on the 2-core AVX-512 CI machine: 6144x2048, batch 1, 1 thread: bf16 0.6 ms, fp16 35 ms,
+fp32 53 ms), so activations and group scales are rounded to bf16 (8-bit mantissa; relative error
+~2^-9 per element). That is NOT exact -- it is the fallback, never the default when cpu_ternary
+builds, and its outputs are tested against the reference with a bf16 tolerance.
 
-Layout facts the kernel imposes (checked at prepare time): ``out_features`` must be a multiple of
-16 -- other widths (the 151,669-row vocabulary) are padded with zero rows and the output is cut
-back; the packing works on blocks of 64 output rows, so conversion runs in 64-row-aligned chunks
-and never materializes an int32 copy of a whole matrix.
+Memory cost: 4 bits per weight plus a bf16 (scale, zero) pair per group = 4.25 bits per weight at
+group 128, i.e. 2x the ``t2`` codes. ``out_features`` must be a multiple of 16 for the packer:
+other widths (the 151,669-row vocabulary) are padded with zero rows and the output is cut back.
+Conversion runs in 64-row-aligned chunks, never materializing an int32 copy of a whole matrix.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def int4_available() -> bool:
 
 
 def pack_int4(t: TernaryTensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(packed uint8 weight, fp32 scales_and_zeros [groups, rows_padded, 2], rows_padded) for ``t``."""
+    """(packed uint8 weight, bf16 scales_and_zeros [groups, rows_padded, 2], rows_padded) for ``t``."""
     rows, cols = t.shape
     padded = -(-rows // _ROW_ALIGN) * _ROW_ALIGN
     packed = torch.empty(padded, cols // 2, dtype=torch.uint8)
@@ -53,13 +52,13 @@ def pack_int4(t: TernaryTensor) -> tuple[torch.Tensor, torch.Tensor, int]:
             q[:live] = codecs.codes_of(part).to(torch.int32) + (_ZERO_POINT - 1)
         packed[r0:r1] = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
     groups = cols // t.group_size
-    sz = torch.zeros(groups, padded, 2, dtype=torch.float32)
-    sz[:, :rows, 0] = t.scales.to(torch.float32).t()
+    sz = torch.zeros(groups, padded, 2, dtype=torch.bfloat16)
+    sz[:, :rows, 0] = t.scales.to(torch.bfloat16).t()
     return packed, sz, padded
 
 
 class CpuInt4Linear(LinearWeight):
-    """Ternary weight repacked once into torch's int4 CPU layout; exact fp32 math."""
+    """Ternary weight repacked once into torch's int4 CPU layout; bf16 activations (approximate)."""
 
     backend = "cpu_int4"
 
@@ -76,8 +75,7 @@ class CpuInt4Linear(LinearWeight):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
-        if x2.dtype != torch.float32 or not x2.is_contiguous():
-            x2 = x2.to(torch.float32).contiguous()
+        x2 = x2.to(torch.bfloat16).contiguous()
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, self.packed, self.group_size, self.scales_and_zeros)
         if self.padded_out != self.out_features:
             y = y[:, : self.out_features]

@@ -63,6 +63,7 @@ BACKENDS: dict[str, Callable[[TernaryTensor, torch.device], LinearWeight]] = {
 
 # Backends living in their own modules, imported on first use so importing this module stays cheap.
 _BACKEND_MODULES: dict[str, str] = {
+    "cpu_ternary": "runtime.kernels.cpu_ternary",
     "cpu_int4": "runtime.kernels.cpu_int4",
 }
 
@@ -89,7 +90,8 @@ def prepare_linear(t: TernaryTensor, device: torch.device | str = "cpu", backend
 
 def default_backend(device: torch.device) -> str:
     """Fastest registered backend for a device; falls back to the reference."""
-    preferred = ["triton"] if device.type == "cuda" else ["cpu_int4"]
+    # cpu_ternary: exact fp32, needs a C compiler once; cpu_int4: torch-only, bf16 activations (inexact)
+    preferred = ["triton"] if device.type == "cuda" else ["cpu_ternary", "cpu_int4"]
     for name in preferred:
         if _load_backend(name):
             return name

@@ -76,9 +76,9 @@ def _decode_attn_kernel(
         tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
     else:
         pidx = hk * NUM_SPLITS + sp
-        tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc)
-        tl.store(ml_ptr + pidx * 2 * BLOCK_H + hs, m_i)
-        tl.store(ml_ptr + pidx * 2 * BLOCK_H + BLOCK_H + hs, l_i)
+        tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
+        tl.store(ml_ptr + pidx * 2 * BLOCK_H + hs, m_i, mask=hmask)
+        tl.store(ml_ptr + pidx * 2 * BLOCK_H + BLOCK_H + hs, l_i, mask=hmask)
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + hk, 1)
         if arrived == NUM_SPLITS - 1:
@@ -108,10 +108,10 @@ def _decode_attn_kernel(
 
 
 def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> int:
-    """Enough programs for ~2 per SM on a 132-SM GPU, never more than cache tiles."""
+    """About one program per SM of a 132-SM GPU (more splits make the merge the bottleneck)."""
     if INTERPRET:
         return 4
-    target = triton.next_power_of_2(max(1, 264 // max(kv_heads, 1)))
+    target = triton.next_power_of_2(max(1, 132 // max(kv_heads, 1)) + 1) // 2
     return max(1, min(64, target, triton.cdiv(max_positions, block_s)))
 
 

@@ -109,7 +109,10 @@ def _gemv_kernel(
     G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
+    PREP: tl.constexpr = False, EVEN_K: tl.constexpr = False,
 ):
+    """PREP: x was rewritten by ``_prep_x_kernel`` as fp32 ``xp[j, w] = x[16 w + j]`` (normalised if
+    asked), so the value every bit position j needs is one contiguous vector load, no convert."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -147,7 +150,10 @@ def _gemv_kernel(
                 acc2 += _t3_partial(w2_ptr, s2_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
         else:
             wk = k0 // 16 + tl.arange(0, BLOCK_K // 16)
-            wmask = n_mask[:, None] & (wk[None, :] < kw_total)
+            if EVEN_K:
+                wmask = n_mask[:, None] & (wk[None, :] >= 0)
+            else:
+                wmask = n_mask[:, None] & (wk[None, :] < kw_total)
             widx = offs_n[:, None] * kw_total + wk[None, :]
             words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
             t = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
@@ -155,7 +161,13 @@ def _gemv_kernel(
                 words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
                 t2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
             for j in tl.static_range(16):
-                xj = _load_x(x_row, nw_ptr, wk * 16 + j, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+                if PREP:
+                    if EVEN_K:
+                        xj = tl.load(x_row + j * kw_total + wk)
+                    else:
+                        xj = tl.load(x_row + j * kw_total + wk, mask=wk < kw_total, other=0.0)
+                else:
+                    xj = _load_x(x_row, nw_ptr, wk * 16 + j, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
                 cf = (((words >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c-1
                 t += cf * xj[None, :]
                 if DUAL:
@@ -192,6 +204,136 @@ def _gemv_kernel(
             _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
                            DUAL, RESIDUAL)
             tl.atomic_xchg(cnt_ptr + cidx, 0)  # leave the counter ready for the next launch
+
+
+@triton.jit
+def _prep_x_kernel(x_ptr, stride_xm, nw_ptr, xp_ptr, K, eps, norm_offset, BLOCK: tl.constexpr,
+                   NORM: tl.constexpr, NORM_QWEN3: tl.constexpr):
+    """fp32 copy of one x row, permuted to ``xp[j * K/16 + w] = x[16 w + j]`` (and RMS-normalised)."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_xm
+    inv_rms = 1.0
+    if NORM:
+        ss = tl.zeros([BLOCK], tl.float32)
+        for k0 in range(0, K, BLOCK):
+            kk = k0 + tl.arange(0, BLOCK)
+            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+            ss += xv * xv
+        inv_rms = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    kw = K // 16
+    for k0 in range(0, K, BLOCK):
+        kk = k0 + tl.arange(0, BLOCK)
+        xf = _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+        tl.store(xp_ptr + row * K + (kk % 16) * kw + kk // 16, xf, mask=kk < K)
+
+
+@triton.jit
+def _gemv_dot_kernel(
+    x_ptr, stride_xm, nw_ptr,
+    w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, K, eps, norm_offset,
+    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    """Mat-vec on tensor cores: all (<= 16) activation rows x BLOCK_N weight rows per program,
+    one scale group per step: words -> shift/mask -> magic-float (c - 1) -> tl.dot."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_g = tl.arange(0, G)
+    xdt = x_ptr.dtype.element_ty
+    inv_rms = tl.full([BLOCK_M], 1.0, tl.float32)
+    if NORM:
+        ss = tl.zeros([BLOCK_M, G], tl.float32)
+        for k0 in range(0, K, G):
+            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_g)[None, :], mask=m_mask[:, None],
+                         other=0.0).to(tl.float32)
+            ss += xv * xv
+        inv_rms = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
+    n_groups = K // G
+    kw_total = K // 16
+    per_split = tl.cdiv(n_groups, SPLIT_K)
+    g0 = pid_k * per_split
+    g1 = tl.minimum(g0 + per_split, n_groups)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    sh = tl.arange(0, 16) * 2
+    wcol = tl.arange(0, G // 16)
+    for g in range(g0, g1):
+        kk = g * G + offs_g
+        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None], other=0.0)
+        if NORM:
+            h = xv.to(tl.float32) * inv_rms[:, None]
+            nwv = tl.load(nw_ptr + kk).to(tl.float32)[None, :]
+            if NORM_QWEN3:
+                xv = (h.to(xdt).to(tl.float32) * nwv).to(xdt)
+            else:
+                xv = (h * (nwv + norm_offset)).to(xdt)
+        widx = offs_n[:, None] * kw_total + (g * (G // 16) + wcol)[None, :]
+        words = tl.load(w_ptr + widx, mask=n_mask[:, None], other=0, eviction_policy="evict_first")
+        c = (words[:, :, None] >> sh[None, None, :]) & 3
+        wf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c - 1, exact
+        wt = tl.trans(tl.reshape(wf, [BLOCK_N, G])).to(xdt)
+        if IEEE:
+            part = tl.dot(xv, wt, input_precision="ieee")
+        else:
+            part = tl.dot(xv, wt)
+        sc = tl.load(s_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
+        acc += part * sc[None, :]
+        if DUAL:
+            words2 = tl.load(w2_ptr + widx, mask=n_mask[:, None], other=0, eviction_policy="evict_first")
+            c2 = (words2[:, :, None] >> sh[None, None, :]) & 3
+            wf2 = (c2 | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
+            wt2 = tl.trans(tl.reshape(wf2, [BLOCK_N, G])).to(xdt)
+            if IEEE:
+                part2 = tl.dot(xv, wt2, input_precision="ieee")
+            else:
+                part2 = tl.dot(xv, wt2)
+            sc2 = tl.load(s2_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
+            acc2 += part2 * sc2[None, :]
+
+    mask = m_mask[:, None] & n_mask[None, :]
+    ydt = y_ptr.dtype.element_ty
+    NP = 2 * N if DUAL else N
+    if SPLIT_K > 1:
+        pbase = part_ptr + pid_k * M * NP + offs_m[:, None] * NP + offs_n[None, :]
+        tl.store(pbase, acc, mask=mask)
+        if DUAL:
+            tl.store(pbase + N, acc2, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + pid_n, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                pb = part_ptr + s * M * NP + offs_m[:, None] * NP + offs_n[None, :]
+                acc += tl.load(pb, mask=mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    acc2 += tl.load(pb + N, mask=mask, other=0.0, cache_modifier=".cg")
+            out = acc
+            if DUAL:
+                gg = acc.to(ydt).to(tl.float32)
+                out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
+            if RESIDUAL:
+                rr = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
+                out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
+            tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(ydt), mask=mask)
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)
+    else:
+        out = acc
+        if DUAL:
+            gg = acc.to(ydt).to(tl.float32)
+            out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
+        if RESIDUAL:
+            rr = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
+            out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(ydt), mask=mask)
 
 
 @triton.jit
@@ -256,10 +398,12 @@ def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, G: tl.constexpr, T3: tl.constex
 # ---------------------------------------------------------------------------------------------
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps)
-_GEMV_CANDIDATES = [
-    (8, 1024, 1, 4), (16, 512, 1, 4), (16, 1024, 1, 8), (32, 512, 1, 8), (16, 256, 1, 4), (64, 256, 1, 8),
-    (4, 2048, 1, 4), (8, 512, 2, 4), (16, 512, 2, 4), (8, 1024, 4, 4), (16, 1024, 4, 8), (32, 256, 4, 4),
-]
+_GEMV_CANDIDATES = [(8, 1024, 1, 4), (16, 1024, 1, 8), (8, 1024, 4, 4)]
+# prepared-x variant (one tiny permute/normalise launch first): ("xp", BLOCK_N, BLOCK_K, SPLIT_K, warps)
+_XP_CANDIDATES = [("xp", 8, 1024, 1, 4), ("xp", 16, 1024, 1, 8), ("xp", 16, 512, 1, 4), ("xp", 32, 512, 1, 8),
+                  ("xp", 8, 1024, 4, 4), ("xp", 16, 1024, 4, 8)]
+# tensor-core mat-vec: ("dot", BLOCK_N, 0, SPLIT_K, num_warps); t2 only, any M <= 16
+_DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4), ("dot", 64, 0, 2, 4)]
 _INTERPRET_GEMV = (16, 64, 1, 4)
 _MM_CANDIDATES = [(64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8)]  # (BLOCK_M, BLOCK_N, warps)
 
@@ -305,8 +449,41 @@ def _counter_buffer(device: torch.device, n: int, owner: str = "gemv") -> torch.
     return buf
 
 
+_flush: dict[torch.device, torch.Tensor] = {}
+
+
 def _bench(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=3, rep=15, return_mode="median")
+    """ms per call of ``fn`` with a cold L2, without Python launch cost: CUDA graphs of
+    (flush, fn) x R minus flush x R. Plain do_bench would time the ~10 us Triton launch."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    buf = _flush.get(dev)
+    if buf is None:
+        buf = _flush[dev] = torch.empty(96 << 20, dtype=torch.uint8, device=dev)
+    fn()
+    torch.cuda.synchronize()
+    reps = 8
+    graphs = []
+    for with_fn in (True, False):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                buf.zero_()
+                if with_fn:
+                    fn()
+        graphs.append(g)
+    times = []
+    for g in graphs:
+        g.replay()
+        ts = []
+        for _ in range(5):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b))
+        times.append(sorted(ts)[2])
+    return max(times[0] - times[1], 1e-6) / reps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,7 +517,21 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
-def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg):
+def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=False):
+    if cfg[0] == "xp":
+        if encoding != T2:
+            raise ValueError("the prepared-x mat-vec handles t2 weights")
+        m = x2.shape[0]
+        xp = torch.empty(m, k, dtype=torch.float32, device=x2.device)
+        _prep_x_kernel[(m,)](x2, x2.stride(0), nw if nw is not None else x2, xp, k, float(eps), float(norm_offset),
+                             BLOCK=min(4096, triton.next_power_of_2(k)), NORM=nw is not None,
+                             NORM_QWEN3=norm_offset == 0.0, num_warps=4)
+        return _gemv_launch(xp, None, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual,
+                            tuple(cfg[1:]), prep=True)
+    if cfg[0] == "dot":
+        if encoding != T2 or x2.shape[0] > 16:
+            raise ValueError("the tensor-core mat-vec handles t2 weights and at most 16 rows")
+        return _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
     bn, bk, sk, warps = cfg
     m = x2.shape[0]
     t3 = encoding == T3
@@ -360,7 +551,29 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         G=g, T3=t3, NBG=t3_bytes_per_group(g) if t3 else 1,
         BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk,
         NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
-        num_warps=warps,
+        PREP=prep, EVEN_K=k % bk == 0, num_warps=warps,
+    )
+
+
+def _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
+    _, bn, _, sk, warps = cfg
+    m = x2.shape[0]
+    wv = w.view(torch.int32)
+    w2v = w2.view(torch.int32) if dual else wv
+    n_tiles = triton.cdiv(n, bn)
+    if sk > 1:
+        part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=x2.device)
+        cnt = _counter_buffer(x2.device, n_tiles)
+    else:
+        part = cnt = y2  # unused
+    _gemv_dot_kernel[(n_tiles, sk)](
+        x2, x2.stride(0), nw if nw is not None else x2,
+        wv, s, w2v, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, k, float(eps), float(norm_offset),
+        G=g, BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=bn, SPLIT_K=sk,
+        NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
+        IEEE=x2.dtype == torch.float32, num_warps=warps,
     )
 
 
@@ -373,14 +586,19 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
     if cfg is not None:
         return cfg
     m = x2.shape[0]
-    cands = []
+    cands: list[tuple] = []
     for bn, bk, sk, warps in _GEMV_CANDIDATES:
         n_kb = triton.cdiv(k, bk)
         if sk > n_kb or m * triton.cdiv(n, bn) * sk < 64:
             continue
         cands.append((bn, bk, sk, warps))
+    if encoding == T2 and g >= 16:
+        cands += [c for c in _DOT_CANDIDATES if c[3] <= k // g]
+        cands += [c for c in _XP_CANDIDATES if c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
     if not cands:
         cands = [(16, 256, 1, 4)]
+    if torch.cuda.is_current_stream_capturing():  # cannot measure inside a capture: safe default
+        return cands[0]
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     best, best_t = cands[0], float("inf")
     for cfg in cands:

@@ -42,9 +42,11 @@ def causal_conv1d(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor) ->
     xp = torch.cat([state.to(x.dtype), x.transpose(0, 1)], dim=1)  # [C, K-1+T]
     if k > 1:
         state.copy_(xp[:, -(k - 1):])
-    # K shifted multiply-adds (K = 4): cheaper than a depthwise F.conv1d call for decode-sized T
     w = weight.view(c, k).to(torch.float32)
     xf = xp.to(torch.float32)
+    if t == 1:  # decode: one multiply-reduce over the K-wide window (few kernels per step)
+        return F.silu((xf * w).sum(-1)).unsqueeze(0).to(x.dtype)
+    # K shifted multiply-adds (K = 4): cheaper than a depthwise F.conv1d call for short T
     y = xf[:, 0:t] * w[:, 0:1]
     for j in range(1, k):
         y = y + xf[:, j:j + t] * w[:, j:j + 1]
@@ -162,13 +164,11 @@ def _fla_gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: 
                           beta: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
     from fla.ops.gated_delta_rule import chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
-    hv, h = v.shape[1], k.shape[1]
-    if hv != h:  # older fla needs equal heads; grouped order == repeat_interleave
-        q = q.repeat_interleave(hv // h, dim=1)
-        k = k.repeat_interleave(hv // h, dim=1)
+    # fla >= 0.5 handles HV > H itself ("GVA": value head i reads key head i // (HV / H), which is
+    # HF's grouped order); its kernels want contiguous [B, T, H, D] inputs.
     fn = fused_recurrent_gated_delta_rule if v.shape[0] == 1 else chunk_gated_delta_rule
-    o, final = fn(q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g=g.unsqueeze(0).float(),
-                  beta=beta.unsqueeze(0).to(v.dtype), initial_state=state.unsqueeze(0),
-                  output_final_state=True, use_qk_l2norm_in_kernel=True)
+    o, final = fn(q.contiguous().unsqueeze(0), k.contiguous().unsqueeze(0), v.contiguous().unsqueeze(0),
+                  g=g.unsqueeze(0).float().contiguous(), beta=beta.unsqueeze(0).to(v.dtype).contiguous(),
+                  initial_state=state.unsqueeze(0), output_final_state=True, use_qk_l2norm_in_kernel=True)
     state.copy_(final[0])
     return o[0]

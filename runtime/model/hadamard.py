@@ -67,18 +67,48 @@ def hadamard_matrix(block: int) -> torch.Tensor:
 
 
 class HadamardRotation(torch.nn.Module):
-    """The rotation for one model: sign vectors per input width and the block size."""
+    """The rotation for one model: sign vectors per input width and the block size.
 
-    def __init__(self, block_size: int, signs: dict[int, torch.Tensor], device: torch.device | str = "cpu") -> None:
+    Two exact implementations: the ``log2(block)``-stage butterfly (CPU default: fewest FLOPs) and
+    one GEMM with the +-1 Sylvester matrix (CUDA default: one kernel instead of ~20 launches per
+    rotation, which matters inside a decode step; +-1 entries are exact in bf16 and the
+    ``1/sqrt(block)`` factor is folded into the signs).
+    """
+
+    def __init__(self, block_size: int, signs: dict[int, torch.Tensor], device: torch.device | str = "cpu",
+                 method: str = "auto") -> None:
         super().__init__()
+        if block_size < 1 or block_size & (block_size - 1):
+            raise UnsupportedModelError(f"rotation block size {block_size} is not a power of two")
         self.block_size = block_size
         self.widths = sorted(signs)
+        device = torch.device(device)
+        self.use_matmul = method == "matmul" or (method == "auto" and device.type == "cuda")
         for w, s in signs.items():
             self.register_buffer(f"signs_{w}", s.to(device=device, dtype=torch.float32), persistent=False)
+        if self.use_matmul:
+            pm1 = (hadamard_matrix(block_size) * math.sqrt(block_size)).round().to(torch.float32)
+            self.register_buffer("pm1", pm1.to(device), persistent=False)
+        self._cast: dict[tuple[str, torch.dtype], torch.Tensor] = {}
+
+    def _cached(self, key: str, t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        k = (key, dtype)
+        if k not in self._cast or self._cast[k].device != t.device:
+            self._cast[k] = t.to(dtype)
+        return self._cast[k]
+
+    def _matmul_rotate(self, x: torch.Tensor, scaled_signs: torch.Tensor, signs_first: bool) -> torch.Tensor:
+        b = self.block_size
+        h = self._cached("pm1", self.pm1, x.dtype)
+        if signs_first:
+            y = (x * scaled_signs).reshape(-1, b) @ h
+            return y.reshape(x.shape)
+        return ((x.reshape(-1, b) @ h).reshape(x.shape)) * scaled_signs
 
     @classmethod
-    def from_config(cls, hc: HadamardConfig, device: torch.device | str = "cpu") -> HadamardRotation:
-        return cls(hc.block_size, signs_from_config(hc), device)
+    def from_config(cls, hc: HadamardConfig, device: torch.device | str = "cpu",
+                    method: str = "auto") -> HadamardRotation:
+        return cls(hc.block_size, signs_from_config(hc), device, method)
 
     def signs(self, width: int) -> torch.Tensor:
         try:
@@ -90,12 +120,20 @@ class HadamardRotation(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``R(x)``: signs, then the blockwise transform (activation before a folded matmul)."""
-        s = self.signs(x.shape[-1])
+        w = x.shape[-1]
+        s = self.signs(w)
+        if self.use_matmul:
+            scaled = self._cached(f"s{w}", s / math.sqrt(self.block_size), x.dtype)
+            return self._matmul_rotate(x, scaled, signs_first=True)
         return fwht(x * s.to(x.dtype), self.block_size)
 
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
         """``R^T(x)``: transform, then signs (after the lookup in a rotated embedding table)."""
-        s = self.signs(x.shape[-1])
+        w = x.shape[-1]
+        s = self.signs(w)
+        if self.use_matmul:
+            scaled = self._cached(f"s{w}", s / math.sqrt(self.block_size), x.dtype)
+            return self._matmul_rotate(x, scaled, signs_first=False)
         return fwht(x, self.block_size) * s.to(x.dtype)
 
 

@@ -80,27 +80,40 @@ def qwen35_tensor_specs(cfg: ModelConfig) -> list[TensorSpec]:
     return specs
 
 
-def random_ternary_t3(name: str, shape: tuple[int, int], seed: int = 0,
-                      group_size: int = DEFAULT_GROUP_SIZE) -> TernaryTensor:
+def _device_generator(seed: int, name: str, device: torch.device) -> torch.Generator:
+    if device.type == "cpu":
+        return _generator(seed, name)
+    g = torch.Generator(device=device)
+    g.manual_seed(_generator(seed, name).initial_seed())
+    return g
+
+
+def random_ternary_t3(name: str, shape: tuple[int, int], seed: int = 0, group_size: int = DEFAULT_GROUP_SIZE,
+                      device: torch.device | str = "cpu") -> TernaryTensor:
     """Random ternary weights drawn directly in the base-3 ``t3`` packing (uniform trits).
 
     Byte ``m`` of a group holds 5 trits (0..242); the last byte of a group holds only the
     ``group_size % 5`` remaining trits (0..3^r - 1), as :func:`runtime.formats.codecs.pack_t3` makes.
+    ``device="cuda"`` draws on the GPU (seconds instead of minutes for the 27B; the values then
+    come from the CUDA generator, deterministic per seed but different from the CPU draw).
     """
     rows, cols = shape
-    g = _generator(seed, name)
+    device = torch.device(device)
+    g = _device_generator(seed, name, device)
     groups = cols // group_size
     full, rem = divmod(group_size, 5)
     nbg = full + (1 if rem else 0)
-    packed = torch.empty(rows, groups, nbg, dtype=torch.uint8)
+    packed = torch.empty(rows, groups, nbg, dtype=torch.uint8, device=device)
     step = max(1, _CHUNK_ELEMS // (groups * nbg))
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
-        packed[r0:r1, :, :full] = torch.randint(0, 243, (r1 - r0, groups, full), generator=g).to(torch.uint8)
+        packed[r0:r1, :, :full] = torch.randint(0, 243, (r1 - r0, groups, full), generator=g,
+                                                device=device).to(torch.uint8)
         if rem:
-            packed[r0:r1, :, full] = torch.randint(0, 3 ** rem, (r1 - r0, groups), generator=g).to(torch.uint8)
+            packed[r0:r1, :, full] = torch.randint(0, 3 ** rem, (r1 - r0, groups), generator=g,
+                                                   device=device).to(torch.uint8)
     base = (1.5 / cols) ** 0.5
-    scales = ((torch.rand(rows, groups, generator=g) + 0.5) * base).to(torch.float16)
+    scales = ((torch.rand(rows, groups, generator=g, device=device) + 0.5) * base).to(torch.float16)
     return TernaryTensor((rows, cols), group_size, packed.view(rows, groups * nbg), scales, T3)
 
 
@@ -122,21 +135,31 @@ def _dense(spec: TensorSpec, seed: int) -> DenseTensor:
 
 
 def qwen35_synthetic_tensors(cfg: ModelConfig, seed: int = 0, encoding: str = T2,
-                             group_size: int = DEFAULT_GROUP_SIZE) -> Iterator[tuple[str, Tensor]]:
-    """Yield ``(name, tensor)`` one at a time (the 27B is ~7 GB t2 / ~6 GB t3: stream it)."""
+                             group_size: int = DEFAULT_GROUP_SIZE,
+                             device: torch.device | str = "cpu") -> Iterator[tuple[str, Tensor]]:
+    """Yield ``(name, tensor)`` one at a time (the 27B is ~7 GB t2 / ~6 GB t3: stream it).
+
+    ``device`` other than CPU is supported for ``t3`` (drawn on that device); dense tensors are
+    always drawn on the CPU (they are small) and moved.
+    """
+    device = torch.device(device)
+    if device.type != "cpu" and encoding != T3:
+        raise ValueError("on-device synthetic generation is implemented for the t3 packing only")
     for spec in qwen35_tensor_specs(cfg):
         if spec.kind == "ternary":
             shape = (spec.shape[0], spec.shape[1])
             if encoding == T3:
-                yield spec.name, random_ternary_t3(spec.name, shape, seed, group_size)
+                yield spec.name, random_ternary_t3(spec.name, shape, seed, group_size, device)
             else:
                 yield spec.name, random_ternary(spec.name, shape, seed, group_size, encoding)
         else:
-            yield spec.name, _dense(spec, seed)
+            d = _dense(spec, seed)
+            yield spec.name, DenseTensor(d.data.to(device))
 
 
 def qwen35_synthetic_model(name: str, seed: int = 0, encoding: str | None = None,
-                           group_size: int = DEFAULT_GROUP_SIZE, config: ModelConfig | None = None) -> ModelData:
+                           group_size: int = DEFAULT_GROUP_SIZE, config: ModelConfig | None = None,
+                           device: torch.device | str = "cpu") -> ModelData:
     """A synthetic hybrid in memory. ``bonsai-27b-ptq1`` defaults to t3, everything else to t2.
 
     ``config`` overrides the shapes (tests use tiny configs; the 27B takes minutes and ~6-7 GB).
@@ -144,7 +167,7 @@ def qwen35_synthetic_model(name: str, seed: int = 0, encoding: str | None = None
     cfg = config or synthetic_config(name)
     if encoding is None:
         encoding = T3 if name.endswith("ptq1") else T2
-    tensors = dict(qwen35_synthetic_tensors(cfg, seed, encoding, group_size))
+    tensors = dict(qwen35_synthetic_tensors(cfg, seed, encoding, group_size, device))
     return ModelData(
         config=cfg, tensors=tensors, tokenizer=synthetic_tokenizer(),
         generation_defaults={"temperature": 0.7, "top_p": 0.95, "top_k": 20},

@@ -26,12 +26,15 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from runtime.kernels import reference_ops as ref  # noqa: E402
 from runtime.kernels import triton_linear as tlin  # noqa: E402
 from runtime.kernels.triton_attention import decode_attention  # noqa: E402
+from runtime.kernels.triton_norm import rmsnorm  # noqa: E402
 from runtime.kernels.triton_sampling import make_sampling_params, sample  # noqa: E402
 from runtime.model.config import SYNTHETIC_CONFIGS  # noqa: E402
 
 DEV = "cuda"
+REP = 20  # launches per graph for single small ops (one replay of a 1-launch graph costs ~15 us)
 BF16 = torch.bfloat16
 
 
@@ -72,13 +75,29 @@ def graph_time_ms(calls: list, reps: int = 20) -> float:
     return times[len(times) // 2]
 
 
-def copy_bandwidth() -> float:
-    """Bytes/s of a device-to-device copy of 2 GiB (read + write counted)."""
+def copy_bandwidth() -> dict:
+    """Device bandwidth three ways on 2 GiB buffers: copy in a graph and eagerly (read + write
+    counted) and a read-only reduction. The roofline uses the highest (the least flattering)."""
     n = 1 << 30
-    a = torch.empty(n, dtype=torch.uint16, device=DEV)
+    a = torch.ones(n, dtype=torch.uint16, device=DEV)
     b = torch.empty_like(a)
-    ms = graph_time_ms([lambda a=a, b=b: b.copy_(a)], reps=10)
-    return 2 * 2 * n / (ms * 1e-3)
+    ms_graph = graph_time_ms([lambda a=a, b=b: b.copy_(a)] * 5, reps=20) / 5
+    ts = []
+    for _ in range(10):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        b.copy_(a)
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1))
+    ms_eager = sorted(ts)[5]
+    ai = a.view(torch.int32)
+    tot = torch.empty((), dtype=torch.int64, device=DEV)
+    ms_read = graph_time_ms([lambda: torch.sum(ai, dtype=torch.int64, out=tot)] * 5, reps=20) / 5
+    res = {"copy_graph": 4 * n / (ms_graph * 1e-3) / 1e9, "copy_eager": 4 * n / (ms_eager * 1e-3) / 1e9,
+           "read_only": 2 * n / (ms_read * 1e-3) / 1e9}
+    res["roofline_GBps"] = max(res.values())
+    return res
 
 
 def run_tests(out: Path) -> dict:
@@ -196,6 +215,16 @@ def bench_token_chain(cfg, bw: float, with_bf16: bool = True) -> dict:
     return res
 
 
+def bench_norm(cfg) -> dict:
+    h = cfg.hidden_size
+    x = torch.randn(1, h, device=DEV, dtype=BF16)
+    r = torch.randn(1, h, device=DEV, dtype=BF16)
+    w = torch.ones(h, device=DEV, dtype=BF16)
+    y = torch.empty_like(x)
+    return {"rmsnorm_us": graph_time_ms([lambda: rmsnorm(x, w, 1e-6, out=y)] * REP) * 1e3 / REP,
+            "add_rmsnorm_us": graph_time_ms([lambda: rmsnorm(x, w, 1e-6, residual=r, out=y)] * REP) * 1e3 / REP}
+
+
 def bench_prefill(cfg) -> list[dict]:
     h, inter = cfg.hidden_size, cfg.intermediate_size
     rows = []
@@ -208,9 +237,9 @@ def bench_prefill(cfg) -> list[dict]:
             r = {"op": name, "M": m, "N": n, "K": k}
             for path in ("mm", "dequant"):
                 r[path + "_us"] = graph_time_ms([lambda path=path, x=x, c=c, s=s, y=y: tlin.ternary_matmul(
-                    x, c, s, 128, out=y, prefill_path=path)]) * 1e3
+                    x, c, s, 128, out=y, prefill_path=path)] * 5) * 1e3 / 5
             w = torch.randn(n, k, device=DEV, dtype=BF16)
-            r["bf16_cublas_us"] = graph_time_ms([lambda w=w, x=x, y=y: torch.matmul(x, w.t(), out=y)]) * 1e3
+            r["bf16_cublas_us"] = graph_time_ms([lambda w=w, x=x, y=y: torch.matmul(x, w.t(), out=y)] * 5) * 1e3 / 5
             tlin.ternary_matmul(x, c, s, 128, out=y)  # records the auto choice
             r["tflops_best"] = 2 * m * n * k / (min(r["mm_us"], r["dequant_us"]) * 1e-6) / 1e12
             rows.append(r)
@@ -229,10 +258,22 @@ def bench_attention(cfg, bw: float) -> list[dict]:
         seq = torch.tensor([length], device=DEV, dtype=torch.int32)
         out = torch.empty(hq, d, device=DEV, dtype=BF16)
         t = graph_time_ms([lambda q=q, kc=kc, vc=vc, seq=seq, out=out: decode_attention(
-            q, kc, vc, seq, d ** -0.5, out=out)]) * 1e3
+            q, kc, vc, seq, d ** -0.5, out=out)] * REP) * 1e3 / REP
         nbytes = 2 * hkv * length * d * 2
-        rows.append({"len": length, "us": t, "bytes": nbytes, "pct_roofline": 100 * nbytes / bw * 1e6 / t})
-        del kc, vc
+        row = {"len": length, "us": t, "bytes": nbytes, "pct_roofline": 100 * nbytes / bw * 1e6 / t}
+        # int8 cache: speed and accuracy cost (vs the bf16 cache) on the same data
+        k8, ks = ref.quantize_kv_int8(kc.transpose(0, 1))
+        v8, vs = ref.quantize_kv_int8(vc.transpose(0, 1))
+        k8, v8 = k8.transpose(0, 1).contiguous(), v8.transpose(0, 1).contiguous()
+        ks, vs = ks.t().contiguous(), vs.t().contiguous()
+        out8 = torch.empty_like(out)
+        row["int8_us"] = graph_time_ms([lambda q=q, k8=k8, v8=v8, ks=ks, vs=vs, seq=seq, out8=out8: decode_attention(
+            q, k8, v8, seq, d ** -0.5, k_scale=ks, v_scale=vs, out=out8)] * REP) * 1e3 / REP
+        exact = ref.ref_decode_attention(q, kc, vc, length, d ** -0.5)
+        row["bf16_rel_err"] = float((out.float() - exact.float()).norm() / exact.float().norm())
+        row["int8_rel_err"] = float((out8.float() - exact.float()).norm() / exact.float().norm())
+        rows.append(row)
+        del kc, vc, k8, v8
     return rows
 
 
@@ -242,10 +283,14 @@ def bench_sampling(cfg) -> dict:
     counts = torch.zeros(v, dtype=torch.int32, device=DEV)
     rng = torch.tensor([1, 0], device=DEV)
     out = torch.zeros(1, dtype=torch.int64, device=DEV)
-    res = {}
+    res = {"argmax_only_us": graph_time_ms([lambda: torch.argmax(lg, out=out[0])] * REP) * 1e3 / REP}
+    for cap in (64, 256):
+        p = make_sampling_params(0.7, 40, 0.9, 0.05, 1.1, device=DEV)
+        res[f"cap{cap}_us"] = graph_time_ms([lambda p=p, cap=cap: sample(
+            lg, p, counts, rng, out, candidate_cap=cap)] * REP) * 1e3 / REP
     for name, p in [("greedy", make_sampling_params(0.0, device=DEV)),
                     ("t0.7_topk40_topp0.9_minp0.05_rep1.1", make_sampling_params(0.7, 40, 0.9, 0.05, 1.1, device=DEV))]:
-        res[name + "_us"] = graph_time_ms([lambda p=p: sample(lg, p, counts, rng, out)]) * 1e3
+        res[name + "_us"] = graph_time_ms([lambda p=p: sample(lg, p, counts, rng, out)] * REP) * 1e3 / REP
     return res
 
 
@@ -266,11 +311,14 @@ def main() -> int:
                  "command": "python3 scripts/gpu/bench_kernels.py " + " ".join(sys.argv[1:])}
     if not args.skip_tests:
         res["tests"] = run_tests(out)
-    bw = copy_bandwidth()
-    res["copy_bandwidth_GBps"] = bw / 1e9
-    print(f"copy bandwidth {bw / 1e9:.0f} GB/s")
+    bws = copy_bandwidth()
+    bw = bws["roofline_GBps"] * 1e9
+    res["bandwidth_GBps"] = bws
+    res["copy_bandwidth_GBps"] = bws["roofline_GBps"]
+    print(f"bandwidth GB/s {bws}")
     stages = [("shapes", lambda: bench_shapes(cfg, bw)), ("token_chain", lambda: bench_token_chain(cfg, bw, not args.no_bf16_chain)),
               ("attention", lambda: bench_attention(cfg, bw)), ("sampling", lambda: bench_sampling(cfg)),
+              ("norm", lambda: bench_norm(cfg)),
               ("prefill", lambda: bench_prefill(cfg))]
     for name, fn in stages:
         t0 = time.time()
@@ -282,7 +330,7 @@ def main() -> int:
         (out / "bench_kernels.json").write_text(json.dumps(res, indent=1, default=str))
     (out / "tuned_configs.json").write_text(json.dumps(tlin.dump_tuned(), indent=1, default=str))
     md = [f"GPU {res['gpu']}, {res['date']}, torch {res['torch']}, triton {res['triton']}, shapes {args.model}",
-          f"copy bandwidth {res['copy_bandwidth_GBps']:.0f} GB/s", ""]
+          "bandwidth GB/s: " + ", ".join(f"{k} {v:.0f}" for k, v in res["bandwidth_GBps"].items()), ""]
     if isinstance(res.get("shapes"), list):
         md += ["| op | N×K | MB | fused µs | plain µs | bf16 cuBLAS µs | roofline µs | % roofline | config |",
                "|---|---|---|---|---|---|---|---|---|"]

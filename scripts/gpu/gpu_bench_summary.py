@@ -31,8 +31,11 @@ def llama_numbers(d: Path, name: str) -> tuple[str, str]:
         return "parse error", "parse error"
     pp = next((r for r in rows if r.get("n_prompt", 0) > 0 and r.get("n_gen", 0) == 0), None)
     tg = next((r for r in rows if r.get("n_gen", 0) > 0 and r.get("n_prompt", 0) == 0), None)
-    f = (lambda r: f"{r['avg_ts']:.0f}" if r else "n/a")
-    return f(pp), f(tg)
+    return _ts(pp), _ts(tg)
+
+
+def _ts(row: dict | None) -> str:
+    return f"{row['avg_ts']:.0f}" if row else "n/a"
 
 
 def main() -> int:

@@ -22,7 +22,7 @@ python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", tr
 
 # ---- llama.cpp build in the background (CPU only; niced so it disturbs the GPU timings less)
 BUILD=.llamacpp_build
-if [ -d .llamacpp/src ] && [ "$MODE" != "nollama" ]; then
+if [ -d .llamacpp/src ] && [ "$MODE" = full ]; then
   ( if [ ! -x $BUILD/bin/llama-bench ]; then
       nice -n 19 cmake -S .llamacpp/src -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
@@ -54,7 +54,7 @@ stamp "gpu engine tests done"
 
 # ---- our benchmark with the bf16 baseline and the roofline
 for m in $MODELS; do
-  timeout 200 python3 -m runtime bench --synthetic $m --cache-dir $SYN --ctx 4096 --prompt-tokens 512 --gen 256 \
+  timeout 200 python3 -m runtime.cli.bench --synthetic $m --cache-dir $SYN --ctx 4096 --prompt-tokens 512 --gen 256 \
     --runs 3 --baseline-gen 64 --json "$OUT/bench_$m.json" > "$OUT/bench_$m.log" 2>&1
   stamp "bench $m rc=$?"; tail -8 "$OUT/bench_$m.log"
 done
@@ -62,7 +62,7 @@ done
 
 # ---- offload under a VRAM cap (same weights and prompt: the tokens must be identical)
 for cap in 2GiB 1GiB; do
-  timeout 150 python3 -m runtime bench --synthetic bonsai-8b --cache-dir $SYN --ctx 4096 --prompt-tokens 512 \
+  timeout 150 python3 -m runtime.cli.bench --synthetic bonsai-8b --cache-dir $SYN --ctx 4096 --prompt-tokens 512 \
     --gen 64 --runs 1 --baseline none --max-vram $cap --json "$OUT/offload_8b_$cap.json" > "$OUT/offload_8b_$cap.log" 2>&1
   stamp "offload $cap rc=$?"; tail -6 "$OUT/offload_8b_$cap.log"
 done
@@ -70,7 +70,7 @@ done
 # ---- planner accuracy: measured peak vs plan at 4K (above), 8K and 32K context
 cp "$OUT/bench_bonsai-8b.json" "$OUT/mem_4096.json" 2>/dev/null
 for ctx in 8192 32768; do
-  timeout 120 python3 -m runtime bench --synthetic bonsai-8b --cache-dir $SYN --ctx $ctx --prompt-tokens 512 \
+  timeout 120 python3 -m runtime.cli.bench --synthetic bonsai-8b --cache-dir $SYN --ctx $ctx --prompt-tokens 512 \
     --gen 32 --runs 1 --baseline none --json "$OUT/mem_$ctx.json" > "$OUT/mem_$ctx.log" 2>&1
   stamp "mem $ctx rc=$?"
 done

@@ -7,7 +7,6 @@ The ModelData is built here directly from the HF state dict with ``codecs.quanti
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -86,17 +85,12 @@ def tiny_engine(tiny_pair):
 
 
 def hf_greedy(model: Any, ids: list[int], steps: int) -> list[int]:
-    """Reference greedy decoding: full recompute each step, no cache, EOS not special."""
-    seq = list(ids)
+    """Reference greedy decoding with transformers' own KV cache; EOS is not special."""
     out = []
     with torch.no_grad():
+        res = model(torch.tensor([ids]), use_cache=True)
         for _ in range(steps):
-            logits = model(torch.tensor([seq])).logits[0, -1]
-            nxt = int(torch.argmax(logits))
+            nxt = int(torch.argmax(res.logits[0, -1]))
             out.append(nxt)
-            seq.append(nxt)
+            res = model(torch.tensor([[nxt]]), past_key_values=res.past_key_values, use_cache=True)
     return out
-
-
-def dump(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)

@@ -23,10 +23,21 @@ CONFIGS = [
 PROMPT_LEN = 48
 
 
+PROMPT = "The quick brown fox jumps over the lazy dog. 你好"
+
+
 @pytest.fixture(scope="module", params=CONFIGS, ids=[c[0] for c in CONFIGS])
 def pair(request):
     name, overrides = request.param
     return build_tiny(seed=7, group_size=64 if "hd64" in name else 128, **overrides)
+
+
+@pytest.fixture(scope="module")
+def greedy_reference(pair):
+    """(prompt ids, transformers' 32 greedy tokens) for PROMPT, computed once per config."""
+    engine = Engine.load(pair[1], device="cpu", context_length=128)
+    ids = engine.tokenizer.encode(PROMPT, add_special_tokens=True)
+    return ids, hf_greedy(pair[0], ids, 32)
 
 
 def _prompt(vocab: int, n: int = PROMPT_LEN, seed: int = 3) -> torch.Tensor:
@@ -76,26 +87,22 @@ def test_different_weights_are_detected(pair):
 
 
 @pytest.mark.parametrize("prefill_chunk", [512, 5])
-def test_engine_greedy_matches_transformers_32_steps(pair, prefill_chunk, monkeypatch):
-    hf, data = pair
+def test_engine_greedy_matches_transformers_32_steps(pair, greedy_reference, prefill_chunk, monkeypatch):
+    """Batched prefill (one chunk, or chunks of 5 tokens) then incremental decode."""
     monkeypatch.setattr(engine_mod, "PREFILL_CHUNK", prefill_chunk)
-    engine = Engine.load(data, device="cpu", context_length=128)
-    prompt = "The quick brown fox jumps over the lazy dog. 你好"
-    ids = engine.tokenizer.encode(prompt, add_special_tokens=True)
-    expected = hf_greedy(hf, ids, 32)
+    engine = Engine.load(pair[1], device="cpu", context_length=128)
+    ids, expected = greedy_reference
     settings = GenerationSettings(temperature=0.0, max_new_tokens=32, ignore_eos=True)
-    done = list(engine.generate(prompt, settings))[-1]
+    done = list(engine.generate(PROMPT, settings))[-1]
     assert done.stats.token_ids == expected
     assert done.stats.finish_reason == "length"
     assert done.stats.prompt_tokens == len(ids)
 
 
-def test_token_by_token_greedy_matches_transformers(pair):
+def test_token_by_token_greedy_matches_transformers(pair, greedy_reference):
     """Feed the prompt one token at a time (no batched prefill), then decode 32 greedy steps."""
-    hf, data = pair
-    ids = _prompt(data.config.vocab_size, n=12, seed=5).tolist()
-    expected = hf_greedy(hf, ids, 32)
-    model = Qwen3Model.from_model_data(data, "cpu", max_positions=64)
+    ids, expected = greedy_reference
+    model = Qwen3Model.from_model_data(pair[1], "cpu", max_positions=128)
     got = []
     with torch.no_grad():
         seq = list(ids)

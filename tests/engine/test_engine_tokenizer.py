@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.tokenizer import REPLACEMENT_CHAR, ChannelSplitter, StreamDecoder, Tokenizer, prompt_opens_thinking
+from runtime.tokenizer import (
+    REPLACEMENT_CHAR,
+    ChannelSplitter,
+    StreamDecoder,
+    Tokenizer,
+    prompt_opens_thinking,
+)
 from tests import model_factory as mf
 from tests.engine.conftest import tokenizer_data
 

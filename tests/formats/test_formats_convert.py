@@ -144,7 +144,8 @@ def test_killed_conversion_leaves_nothing_that_looks_valid(tmp_path, ptq_gguf):
 
 
 def synthetic_model(vocab: int, hidden: int, ffn: int, layers: int, seed: int = 0) -> ModelData:
-    """Random t2 codes + fp16 scales with the given Qwen3 shapes (no transformers needed)."""
+    """Random ternary t2 codes + fp16 scales with the given Qwen3 shapes (no transformers needed)."""
+    from runtime.formats import codecs
     from runtime.formats.arch import get_arch
 
     cfg = ModelConfig(arch="qwen3", vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_layers=layers,
@@ -154,7 +155,7 @@ def synthetic_model(vocab: int, hidden: int, ffn: int, layers: int, seed: int = 
     for name, shape in get_arch("qwen3").expected_shapes(cfg).items():
         if len(shape) == 2:
             rows, cols = shape
-            codes = torch.randint(0, 256, (rows, cols // 4), dtype=torch.uint8, generator=g)
+            codes = codecs.pack_t2(torch.randint(0, 3, (rows, cols), dtype=torch.uint8, generator=g))
             scales = (torch.rand(rows, cols // 128, generator=g) + 0.5).to(torch.float16)
             tensors[name] = TernaryTensor((rows, cols), 128, codes, scales)
         else:

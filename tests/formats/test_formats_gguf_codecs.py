@@ -198,3 +198,15 @@ def test_big_tensor_decode_is_vectorized():
     dt = time.perf_counter() - t0
     assert t.codes.shape == (rows, cols // 128 * 26)
     assert dt < 10.0, f"PTQ1_0 decode of 16.8M weights took {dt:.1f}s"
+
+
+@pytest.mark.parametrize("gtype", [gc.TQ1_0, gc.PTQ1_0, gc.Q2_0], ids=lambda t: t.name)
+def test_t3_source_with_other_group_size_encodes_exactly(gtype):
+    """A t3 tensor whose group size differs from the block size (split or merged scales)."""
+    rng = np.random.default_rng(5)
+    rows, cols = 3, 512
+    codes = torch.from_numpy(rng.integers(0, 3, (rows, cols)).astype(np.uint8))
+    s = torch.from_numpy((rng.random((rows, 1)) + 0.5).astype(np.float16)).repeat(1, 4)  # equal per 512
+    t = TernaryTensor((rows, cols), 128, codecs.pack_t3(codes, 128), s, T3)
+    back = gc.decode_ternary(gc.encode_ternary(t, gtype), rows, cols, gtype)
+    assert torch.equal(back.dequantize(), t.dequantize())

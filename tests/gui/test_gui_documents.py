@@ -6,7 +6,7 @@ import warnings
 
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QPushButton
 
 from tests.app.pdf_samples import blank_pdf
 
@@ -27,8 +27,7 @@ def _drop(w, path) -> None:
 
 def test_gui_dropped_long_document_is_summarized_in_chunks(qtbot, make_window, tmp_path):
     w = make_window(max_new_tokens=4)
-    paragraphs = [f"Paragraph {i}: the ternary model stores weights as minus one, zero or plus one. " * 3
-                  for i in range(40)]
+    paragraphs = [f"Paragraph {i}: ternary weights are -1, 0 or +1." for i in range(24)]
     doc = tmp_path / "long report.txt"
     doc.write_text("\n\n".join(paragraphs), encoding="utf-8")
     progress = []
@@ -37,6 +36,7 @@ def test_gui_dropped_long_document_is_summarized_in_chunks(qtbot, make_window, t
         _drop(w, doc)
         qtbot.waitUntil(lambda: w._summary_dialog is not None, timeout=30_000)
         assert w._summary_dialog.isVisible()
+    qtbot.waitUntil(lambda: w.last_summary is not None, timeout=10_000)
     r = w.last_summary
     assert r.chunks >= 3 and r.chunks_used == r.chunks and r.fraction_used == 1.0 and not r.cancelled
     assert [d for s, d, _ in progress if s == "map"] == list(range(r.chunks + 1))
@@ -51,11 +51,12 @@ def test_gui_dropped_long_document_is_summarized_in_chunks(qtbot, make_window, t
 def test_gui_summary_cancel_reports_coverage(qtbot, make_window, tmp_path):
     w = make_window(max_new_tokens=4)
     doc = tmp_path / "long.md"
-    doc.write_text("\n\n".join(f"Section {i}. " + "words and more words. " * 30 for i in range(30)), encoding="utf-8")
+    doc.write_text("\n\n".join(f"Section {i}. " + "words and more words. " * 4 for i in range(30)), encoding="utf-8")
     with qtbot.waitSignal(w.worker.summaryDone, timeout=180_000):
         _drop(w, doc)
         qtbot.waitUntil(lambda: w._summary_dialog is not None and w._summary_dialog.value() >= 1, timeout=120_000)
-        w._summary_dialog.cancel()
+        w._summary_dialog.findChild(QPushButton).click()  # the dialog's Cancel button, as a user would
+    qtbot.waitUntil(lambda: w.last_summary is not None, timeout=10_000)
     r = w.last_summary
     assert r.cancelled and 1 <= r.chunks_used < r.chunks and 0 < r.fraction_used < 1
     assert "Cancelled: the summary covers" in w.banner.text()

@@ -131,6 +131,9 @@ def test_truncated_transfer_resumes_after_restart(hub, make_fetcher, paths):
     parts = list(paths.partial_dir.glob("*.part"))
     assert len(parts) == 1 and parts[0].stat().st_size == 150_000
     assert list(paths.partial_dir.glob("*.part.json")) and not list(paths.partial_dir.glob("*.lock"))
+    pending = ModelStore(paths).partial_downloads()
+    assert len(pending) == 1 and pending[0]["bytes"] == 150_000 and not pending[0]["in_progress"]
+    assert pending[0]["sha256"] == hashlib.sha256(content).hexdigest() and pending[0]["filename"] == FILE
     assert_store_clean(paths)
     # "restart the app": a fresh fetcher picks the partial up
     result = make_fetcher("hf").fetch(target())
@@ -217,16 +220,12 @@ def test_cancel_during_a_stalled_read_stops_within_one_second(hub, make_fetcher,
     content = tiny_gguf(600_000, seed=9)
     hub.add(REPO, FILE, content, stall_after=64 * 1024)
     cancel = threading.Event()
-    got_bytes = threading.Event()
-
-    def progress(p):
-        if p.done >= 64 * 1024:
-            got_bytes.set()
-
-    t, outcome = run_in_thread(make_fetcher("hf", stall_timeout_s=30).fetch, target(), cancel=cancel,
-                               progress=progress)
-    assert got_bytes.wait(10)
-    time.sleep(0.3)  # the reader is now blocked in recv()
+    t, outcome = run_in_thread(make_fetcher("hf", stall_timeout_s=30).fetch, target(), cancel=cancel)
+    deadline = time.monotonic() + 10
+    while not any(p.stat().st_size >= 32 * 1024 for p in paths.partial_dir.glob("*.part")):
+        assert time.monotonic() < deadline, "no bytes arrived"
+        time.sleep(0.02)
+    time.sleep(0.3)  # the server has stalled: the reader is now blocked in recv()
     t0 = time.monotonic()
     cancel.set()
     t.join(5)
@@ -329,6 +328,7 @@ def test_disk_precheck_refuses_to_start(hub, make_fetcher, paths, monkeypatch):
     with pytest.raises(DiskFullError, match="not enough disk space"):
         make_fetcher("hf").fetch(target())
     assert hub.seen("cdn") == []
+    assert list(paths.partial_dir.iterdir()) == []  # nothing created before the check
     assert_store_clean(paths)
 
 
@@ -394,8 +394,9 @@ def test_forced_source_does_not_fall_back_and_offline_is_reported(hub, make_fetc
     hub.add(REPO, FILE, tiny_gguf())
     with pytest.raises(NetworkError, match="cannot reach Hugging Face"):
         make_fetcher("hf", hf_endpoint=closed_port_url()).fetch(target())
-    with pytest.raises(NetworkError, match="offline"):
+    with pytest.raises(NetworkError, match="offline") as ei:
         make_fetcher("auto", hf_endpoint=closed_port_url(), ms_endpoint=closed_port_url()).fetch(target())
+    assert "Hugging Face: " in str(ei.value) and " / ModelScope: " in str(ei.value)
     assert hub.seen("hub", "/api/v1/") == []
     assert_store_clean(paths)
 

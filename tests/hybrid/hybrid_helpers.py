@@ -33,15 +33,13 @@ TINY_CONFIGS: dict[str, dict] = {
 
 
 def hf_text_config(name: str, **extra) -> transformers.Qwen3_5TextConfig:
-    o = dict(TINY_CONFIGS[name])
+    o = dict(vocab_size=96, hidden_size=64, intermediate_size=96, head_dim=32, linear_key_head_dim=16,
+             linear_value_head_dim=16, linear_conv_kernel_dim=4, rms_norm_eps=1e-6, max_position_embeddings=256,
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+             tie_word_embeddings=False)
+    o.update(TINY_CONFIGS[name])
     o.update(extra)
-    layer_types = o.pop("layer_types")
-    return transformers.Qwen3_5TextConfig(
-        vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=len(layer_types),
-        layer_types=layer_types, head_dim=32, linear_key_head_dim=16, linear_value_head_dim=16,
-        linear_conv_kernel_dim=4, rms_norm_eps=1e-6, max_position_embeddings=256,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
-        tie_word_embeddings=False, **o)
+    return transformers.Qwen3_5TextConfig(num_hidden_layers=len(o["layer_types"]), **o)
 
 
 def _ternary_keep(name: str, w: torch.Tensor) -> bool:
@@ -49,7 +47,7 @@ def _ternary_keep(name: str, w: torch.Tensor) -> bool:
     return w.dim() == 2 and not name.endswith(("in_proj_a.weight", "in_proj_b.weight"))
 
 
-def build_tiny(name: str, seed: int = 0, **extra) -> tuple[torch.nn.Module, ModelData]:
+def build_tiny(name: str, seed: int = 0, group: int = GROUP, **extra) -> tuple[torch.nn.Module, ModelData]:
     """(HF ``Qwen3_5ForCausalLM`` in fp32, the same weights as canonical ModelData)."""
     cfg = hf_text_config(name, **extra)
     torch.manual_seed(seed)
@@ -61,7 +59,7 @@ def build_tiny(name: str, seed: int = 0, **extra) -> tuple[torch.nn.Module, Mode
             if _ternary_keep(pname, p):
                 std = (3.0 if pname == "lm_head.weight" else 1.0) / p.shape[1] ** 0.5
                 w = torch.randn(p.shape, generator=g) * std
-                t, _ = quantize_ternary(w, GROUP, strict=False)
+                t, _ = quantize_ternary(w, group, strict=False)
                 p.copy_(t.dequantize(torch.float32))
                 tensors[pname] = t
                 continue

@@ -138,3 +138,17 @@ def test_hybrid_rotation_shares_dense_keep_list_unrotated():
     _, data = rotated_pair("gqa_2x", 32)
     assert all(isinstance(data.tensors[n], DenseTensor) for n in data.tensors if n.endswith("in_proj_a.weight"))
     assert not any(n.endswith(("in_proj_a.weight", "in_proj_b.weight")) for n in data.config.hadamard.weight_names)
+
+
+def test_hybrid_matmul_rotation_equals_butterfly():
+    """The CUDA-default GEMM form and the butterfly give the same R and R^T."""
+    g = torch.Generator().manual_seed(2)
+    signs = {64: (torch.randint(0, 2, (64,), generator=g) * 2 - 1).float(),
+             96: (torch.randint(0, 2, (96,), generator=g) * 2 - 1).float()}
+    fly = HadamardRotation(32, signs, method="butterfly")
+    mm = HadamardRotation(32, signs, method="matmul")
+    for w in (64, 96):
+        x = torch.randn(5, w, generator=g)
+        assert torch.allclose(fly(x), mm(x), atol=1e-5)
+        assert torch.allclose(fly.inverse(x), mm.inverse(x), atol=1e-5)
+        assert torch.allclose(fly.inverse(fly(x)), x, atol=1e-5)

@@ -35,13 +35,34 @@ def poisoned(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("g", [64, 128])
 @pytest.mark.parametrize("cfg", [None, (8, 64, 2, 4), (16, 128, 3, 4)])
 def test_kernels_matvec_matches_reference(enc: str, g: int, cfg: tuple | None) -> None:
-    n, k, m = 37, 384, 2  # N not a multiple of BLOCK_N, K not a multiple of the split
+    n, k, m = 37, 256, 2  # N not a multiple of BLOCK_N; K blocks not a multiple of the split (one empty)
     codes, scales = make_weight(n, k, g, enc, seed=g)
     x = torch.randn(m, k)
     out = poisoned((m, n), torch.float32)
     y = tlin.ternary_matvec(x, codes, scales, g, enc, out=out, config=cfg)
     assert y is out and not torch.isnan(y).any()
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g, enc)) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("m", [2])
+@pytest.mark.parametrize("cfg", [("dot", 16, 0, 1, 4), ("dot", 16, 0, 3, 4), ("xp", 16, 64, 1, 4),
+                                 ("xp", 8, 128, 2, 4)])
+def test_kernels_matvec_variants(m: int, cfg: tuple) -> None:
+    """tl.dot mat-vec and prepared-x mat-vec, incl. split-K, fused norm, SwiGLU and residual."""
+    n, k, g = 24, 320, 64  # K = 2.5 blocks of 128: the uneven-K masks are exercised
+    codes, scales = make_weight(n, k, g, "t2", seed=21)
+    up_codes, up_scales = make_weight(n, k, g, "t2", seed=22)
+    x = torch.randn(m, k)
+    nw = torch.randn(k) * 0.1 + 1
+    y = tlin.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
+    assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g)) < 1e-5
+    y = tlin.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
+    e = ref.ref_swiglu_matvec(x, codes, scales, up_codes, up_scales, g, norm_weight=nw)
+    assert rel(y, e) < 1e-5
+    resid = torch.randn(m, n)
+    e = ref.ref_ternary_matmul(x, codes, scales, g, residual=resid)
+    tlin.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
+    assert rel(resid, e) < 1e-5
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -1,0 +1,1303 @@
+<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE TS>
+<TS version="2.1" language="zh_CN">
+    <context>
+        <name>ChatView</name>
+        <message>
+            <source>Conversation</source>
+            <translation>对话</translation>
+        </message>
+    </context>
+    <context>
+        <name>DocumentErrors</name>
+        <message>
+            <source>%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html.</source>
+            <translation>%1：不支持此文件类型。请使用 .txt、.md、.pdf、.docx 或 .html。</translation>
+        </message>
+        <message>
+            <source>%1: file not found.</source>
+            <translation>%1：找不到文件。</translation>
+        </message>
+        <message>
+            <source>%1 cannot be read.</source>
+            <translation>无法读取 %1。</translation>
+        </message>
+        <message>
+            <source>%1 is too large (%2 MB); the limit is %3 MB. Split it into smaller files.</source>
+            <translation>%1 太大（%2 MB），上限为 %3 MB。请拆分为较小的文件。</translation>
+        </message>
+        <message>
+            <source>%1 is not a text file (it contains binary data; was it renamed?).</source>
+            <translation>%1 不是文本文件（包含二进制数据，是否被改过扩展名？）。</translation>
+        </message>
+        <message>
+            <source>%1 is password-protected. Save an unprotected copy and drop that.</source>
+            <translation>%1 受密码保护。请另存一份未加密的副本再拖入。</translation>
+        </message>
+        <message>
+            <source>%1 looks like a scanned PDF with no text layer; run OCR on it first.</source>
+            <translation>%1 似乎是没有文字层的扫描版 PDF，请先进行 OCR 识别。</translation>
+        </message>
+        <message>
+            <source>%1 is damaged or not the kind of file its name says.</source>
+            <translation>%1 已损坏，或与其扩展名所示的文件类型不符。</translation>
+        </message>
+        <message>
+            <source>%1 contains no text.</source>
+            <translation>%1 不包含任何文本。</translation>
+        </message>
+    </context>
+    <context>
+        <name>GaugePanel</name>
+        <message>
+            <source>Live gauges</source>
+            <translation>实时仪表</translation>
+        </message>
+        <message>
+            <source>Performance</source>
+            <translation>性能</translation>
+        </message>
+        <message>
+            <source>Model</source>
+            <translation>模型</translation>
+        </message>
+        <message>
+            <source>Device</source>
+            <translation>设备</translation>
+        </message>
+        <message>
+            <source>Layers</source>
+            <translation>层</translation>
+        </message>
+        <message>
+            <source>VRAM used by this app</source>
+            <translation>本应用占用的显存</translation>
+        </message>
+        <message>
+            <source>VRAM used on the device</source>
+            <translation>整张显卡已用的显存</translation>
+        </message>
+        <message>
+            <source>RAM used by this app</source>
+            <translation>本应用占用的内存</translation>
+        </message>
+        <message>
+            <source>Context fill</source>
+            <translation>上下文占用</translation>
+        </message>
+        <message>
+            <source>Tokens per second</source>
+            <translation>每秒词元数</translation>
+        </message>
+        <message>
+            <source>Time to first token</source>
+            <translation>首词元延迟</translation>
+        </message>
+        <message>
+            <source>Prompt tokens</source>
+            <translation>提示词词元数</translation>
+        </message>
+        <message>
+            <source>VRAM (app)</source>
+            <translation>显存（本应用）</translation>
+        </message>
+        <message>
+            <source>VRAM (device)</source>
+            <translation>显存（整卡）</translation>
+        </message>
+        <message>
+            <source>RAM (app)</source>
+            <translation>内存（本应用）</translation>
+        </message>
+        <message>
+            <source>Context</source>
+            <translation>上下文</translation>
+        </message>
+        <message>
+            <source>Speed</source>
+            <translation>速度</translation>
+        </message>
+        <message>
+            <source>First token</source>
+            <translation>首个词元</translation>
+        </message>
+        <message>
+            <source>Prompt</source>
+            <translation>提示词</translation>
+        </message>
+        <message>
+            <source>No model loaded</source>
+            <translation>未加载模型</translation>
+        </message>
+        <message>
+            <source>%1 on GPU, %2 on CPU</source>
+            <translation>GPU 上 %1 层，CPU 上 %2 层</translation>
+        </message>
+        <message>
+            <source>no GPU in use</source>
+            <translation>未使用 GPU</translation>
+        </message>
+        <message>
+            <source>waiting for first token…</source>
+            <translation>等待首个词元…</translation>
+        </message>
+        <message>
+            <source>%1 tok/s (live)</source>
+            <translation>%1 词元/秒（实时）</translation>
+        </message>
+        <message>
+            <source>%1 tok/s (prefill %2 tok/s)</source>
+            <translation>%1 词元/秒（预填充 %2 词元/秒）</translation>
+        </message>
+    </context>
+    <context>
+        <name>HistoryChart</name>
+        <message>
+            <source>Speed and memory of the last generations</source>
+            <translation>最近几次生成的速度与内存</translation>
+        </message>
+        <message>
+            <source>Last: %1 tokens/s, peak %2</source>
+            <translation>最近一次：%1 词元/秒，峰值 %2</translation>
+        </message>
+        <message>
+            <source>No generations yet</source>
+            <translation>暂无生成记录</translation>
+        </message>
+        <message>
+            <source>tok/s (max %1)</source>
+            <translation>词元/秒（最高 %1）</translation>
+        </message>
+        <message>
+            <source>peak mem (max %1)</source>
+            <translation>峰值内存（最高 %1）</translation>
+        </message>
+    </context>
+    <context>
+        <name>MainWindow</name>
+        <message>
+            <source>Ternary Chat</source>
+            <translation>Ternary Chat 三值聊天</translation>
+        </message>
+        <message>
+            <source>New chat</source>
+            <translation>新对话</translation>
+        </message>
+        <message>
+            <source>Start a new conversation (Ctrl+N)</source>
+            <translation>开始新对话（Ctrl+N）</translation>
+        </message>
+        <message>
+            <source>Search conversations (Ctrl+F)</source>
+            <translation>搜索对话（Ctrl+F）</translation>
+        </message>
+        <message>
+            <source>Search conversations</source>
+            <translation>搜索对话</translation>
+        </message>
+        <message>
+            <source>Conversations</source>
+            <translation>对话列表</translation>
+        </message>
+        <message>
+            <source>Model:</source>
+            <translation>模型：</translation>
+        </message>
+        <message>
+            <source>Model picker</source>
+            <translation>模型选择器</translation>
+        </message>
+        <message>
+            <source>Models…</source>
+            <translation>模型…</translation>
+        </message>
+        <message>
+            <source>Open the model manager</source>
+            <translation>打开模型管理器</translation>
+        </message>
+        <message>
+            <source>Settings…</source>
+            <translation>设置…</translation>
+        </message>
+        <message>
+            <source>Open settings</source>
+            <translation>打开设置</translation>
+        </message>
+        <message>
+            <source>Settings (Ctrl+,)</source>
+            <translation>设置（Ctrl+,）</translation>
+        </message>
+        <message>
+            <source>Message</source>
+            <translation>提示</translation>
+        </message>
+        <message>
+            <source>Dismiss message</source>
+            <translation>关闭提示</translation>
+        </message>
+        <message>
+            <source>Attach…</source>
+            <translation>附加…</translation>
+        </message>
+        <message>
+            <source>Attach a document to summarize</source>
+            <translation>附加文档以生成摘要</translation>
+        </message>
+        <message>
+            <source>Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)</source>
+            <translation>为 .txt、.md、.pdf、.docx 或 .html 文件生成摘要（也可拖放到此处）</translation>
+        </message>
+        <message>
+            <source>Message input</source>
+            <translation>消息输入框</translation>
+        </message>
+        <message>
+            <source>Type a message. Enter sends, Shift+Enter adds a new line.</source>
+            <translation>输入消息。Enter 发送，Shift+Enter 换行。</translation>
+        </message>
+        <message>
+            <source>Send</source>
+            <translation>发送</translation>
+        </message>
+        <message>
+            <source>Send message</source>
+            <translation>发送消息</translation>
+        </message>
+        <message>
+            <source>No model loaded</source>
+            <translation>未加载模型</translation>
+        </message>
+        <message>
+            <source>Status</source>
+            <translation>状态</translation>
+        </message>
+        <message>
+            <source>Model loading progress</source>
+            <translation>模型加载进度</translation>
+        </message>
+        <message>
+            <source>Search</source>
+            <translation>搜索</translation>
+        </message>
+        <message>
+            <source>Settings</source>
+            <translation>设置</translation>
+        </message>
+        <message>
+            <source>Stop</source>
+            <translation>停止</translation>
+        </message>
+        <message>
+            <source>Models</source>
+            <translation>模型</translation>
+        </message>
+        <message>
+            <source>Quit</source>
+            <translation>退出</translation>
+        </message>
+        <message>
+            <source>Stop generating</source>
+            <translation>停止生成</translation>
+        </message>
+        <message>
+            <source>Rename conversation</source>
+            <translation>重命名对话</translation>
+        </message>
+        <message>
+            <source>Title:</source>
+            <translation>标题：</translation>
+        </message>
+        <message>
+            <source>A conversation title cannot be empty.</source>
+            <translation>对话标题不能为空。</translation>
+        </message>
+        <message>
+            <source>Delete conversation</source>
+            <translation>删除对话</translation>
+        </message>
+        <message>
+            <source>Delete this conversation? This cannot be undone.</source>
+            <translation>删除此对话？此操作无法撤销。</translation>
+        </message>
+        <message>
+            <source>Export conversation</source>
+            <translation>导出对话</translation>
+        </message>
+        <message>
+            <source>Markdown (*.md)</source>
+            <translation>Markdown (*.md)</translation>
+        </message>
+        <message>
+            <source>JSON (*.json)</source>
+            <translation>JSON (*.json)</translation>
+        </message>
+        <message>
+            <source>Could not export: %1</source>
+            <translation>无法导出：%1</translation>
+        </message>
+        <message>
+            <source>Exported to %1</source>
+            <translation>已导出到 %1</translation>
+        </message>
+        <message>
+            <source>Rename…</source>
+            <translation>重命名…</translation>
+        </message>
+        <message>
+            <source>Export as Markdown…</source>
+            <translation>导出为 Markdown…</translation>
+        </message>
+        <message>
+            <source>Export as JSON…</source>
+            <translation>导出为 JSON…</translation>
+        </message>
+        <message>
+            <source>Delete…</source>
+            <translation>删除…</translation>
+        </message>
+        <message>
+            <source>(imported)</source>
+            <translation>（已导入）</translation>
+        </message>
+        <message>
+            <source>No models yet — open Models… to download or import one</source>
+            <translation>还没有模型 — 打开“模型…”下载或导入</translation>
+        </message>
+        <message>
+            <source>Loading %1…</source>
+            <translation>正在加载 %1…</translation>
+        </message>
+        <message>
+            <source>Loading: %1</source>
+            <translation>加载中：%1</translation>
+        </message>
+        <message>
+            <source>%1 on %2 · context %3 tokens</source>
+            <translation>%1 运行于 %2 · 上下文 %3 个词元</translation>
+        </message>
+        <message>
+            <source>Could not load the model: %1</source>
+            <translation>无法加载模型：%1</translation>
+        </message>
+        <message>
+            <source>%1 is not a model: use a .gguf or .ternary file or a Hugging Face folder.</source>
+            <translation>%1 不是模型：请使用 .gguf 或 .ternary 文件，或 Hugging Face 模型文件夹。</translation>
+        </message>
+        <message>
+            <source>The folder %1 has no config.json, so it is not a Hugging Face model folder.</source>
+            <translation>文件夹 %1 中没有 config.json，因此不是 Hugging Face 模型文件夹。</translation>
+        </message>
+        <message>
+            <source>Load a model first (Models… or the model picker).</source>
+            <translation>请先加载模型（“模型…”或模型选择器）。</translation>
+        </message>
+        <message>
+            <source>generating…</source>
+            <translation>生成中…</translation>
+        </message>
+        <message>
+            <source>Stopping…</source>
+            <translation>正在停止…</translation>
+        </message>
+        <message>
+            <source>Ready</source>
+            <translation>就绪</translation>
+        </message>
+        <message>
+            <source>Error: %1</source>
+            <translation>错误：%1</translation>
+        </message>
+        <message>
+            <source>Generation failed: %1</source>
+            <translation>生成失败：%1</translation>
+        </message>
+        <message>
+            <source>Interrupted (the app closed before this reply finished)</source>
+            <translation>已中断（回复完成前应用已关闭）</translation>
+        </message>
+        <message>
+            <source>%1 tokens</source>
+            <translation>%1 个词元</translation>
+        </message>
+        <message>
+            <source>%1 tok/s</source>
+            <translation>%1 词元/秒</translation>
+        </message>
+        <message>
+            <source>first token %1 s</source>
+            <translation>首词元 %1 秒</translation>
+        </message>
+        <message>
+            <source>stopped</source>
+            <translation>已停止</translation>
+        </message>
+        <message>
+            <source>reached the length limit</source>
+            <translation>已达到长度上限</translation>
+        </message>
+        <message>
+            <source>Copied</source>
+            <translation>已复制</translation>
+        </message>
+        <message>
+            <source>Editing: sending replaces this message and everything after it.</source>
+            <translation>编辑中：发送后将替换此消息及其后的所有内容。</translation>
+        </message>
+        <message>
+            <source>Summarize a document</source>
+            <translation>为文档生成摘要</translation>
+        </message>
+        <message>
+            <source>Documents (*.txt *.md *.pdf *.docx *.html *.htm)</source>
+            <translation>文档 (*.txt *.md *.pdf *.docx *.html *.htm)</translation>
+        </message>
+        <message>
+            <source>Wait for the current reply to finish (or press Esc).</source>
+            <translation>请等待当前回复完成（或按 Esc）。</translation>
+        </message>
+        <message>
+            <source>Reading %1…</source>
+            <translation>正在读取 %1…</translation>
+        </message>
+        <message>
+            <source>Could not read the document: %1</source>
+            <translation>无法读取文档：%1</translation>
+        </message>
+        <message>
+            <source>Summarizing %1…</source>
+            <translation>正在为 %1 生成摘要…</translation>
+        </message>
+        <message>
+            <source>Cancel</source>
+            <translation>取消</translation>
+        </message>
+        <message>
+            <source>Summarizing</source>
+            <translation>正在生成摘要</translation>
+        </message>
+        <message>
+            <source>Summarizing progress</source>
+            <translation>摘要进度</translation>
+        </message>
+        <message>
+            <source>reading the parts</source>
+            <translation>逐段阅读</translation>
+        </message>
+        <message>
+            <source>combining the summaries</source>
+            <translation>合并摘要</translation>
+        </message>
+        <message>
+            <source>Summarizing %1: step %2 of about %3 (%4)</source>
+            <translation>正在为 %1 生成摘要：第 %2 步，共约 %3 步（%4）</translation>
+        </message>
+        <message>
+            <source>Summarizing was cancelled before any part was done.</source>
+            <translation>在完成任何部分之前，摘要已被取消。</translation>
+        </message>
+        <message>
+            <source>Summary of %1</source>
+            <translation>%1 的摘要</translation>
+        </message>
+        <message>
+            <source>Summarize the document %1</source>
+            <translation>为文档 %1 生成摘要</translation>
+        </message>
+        <message>
+            <source>Cancelled: the summary covers %1 of %2 parts (%3% of the document).</source>
+            <translation>已取消：摘要涵盖 %2 部分中的 %1 部分（文档的 %3%）。</translation>
+        </message>
+        <message>
+            <source>The whole document was read (%1 tokens, one part).</source>
+            <translation>已读取整篇文档（%1 个词元，一个部分）。</translation>
+        </message>
+        <message>
+            <source>The whole document was read: %1 tokens in %2 parts, summarized and combined.</source>
+            <translation>已读取整篇文档：%1 个词元，分 %2 部分分别摘要后合并。</translation>
+        </message>
+        <message>
+            <source>Summarizing failed: %1</source>
+            <translation>生成摘要失败：%1</translation>
+        </message>
+        <message>
+            <source>%1: drop a document (.txt, .md, .pdf, .docx, .html) to summarize it, or a model (.gguf, .ternary, folder) to import it.</source>
+            <translation>%1：拖入文档（.txt、.md、.pdf、.docx、.html）可生成摘要，拖入模型（.gguf、.ternary、文件夹）可导入。</translation>
+        </message>
+        <message>
+            <source>Could not save settings: %1</source>
+            <translation>无法保存设置：%1</translation>
+        </message>
+        <message>
+            <source>The interface language changes the next time the app starts.</source>
+            <translation>界面语言将在下次启动应用时更改。</translation>
+        </message>
+    </context>
+    <context>
+        <name>MessageWidget</name>
+        <message>
+            <source>You</source>
+            <translation>你</translation>
+        </message>
+        <message>
+            <source>Assistant</source>
+            <translation>助手</translation>
+        </message>
+        <message>
+            <source>Copy</source>
+            <translation>复制</translation>
+        </message>
+        <message>
+            <source>Copy this message</source>
+            <translation>复制这条消息</translation>
+        </message>
+        <message>
+            <source>Edit</source>
+            <translation>编辑</translation>
+        </message>
+        <message>
+            <source>Edit this message and send it again</source>
+            <translation>编辑此消息并重新发送</translation>
+        </message>
+        <message>
+            <source>Regenerate</source>
+            <translation>重新生成</translation>
+        </message>
+        <message>
+            <source>Generate this reply again</source>
+            <translation>重新生成此回复</translation>
+        </message>
+        <message>
+            <source>Thinking</source>
+            <translation>思考</translation>
+        </message>
+        <message>
+            <source>Show or hide the model's thinking</source>
+            <translation>显示或隐藏模型的思考过程</translation>
+        </message>
+        <message>
+            <source>Model thinking</source>
+            <translation>模型思考过程</translation>
+        </message>
+        <message>
+            <source>Message from you</source>
+            <translation>你的消息</translation>
+        </message>
+        <message>
+            <source>Reply</source>
+            <translation>回复</translation>
+        </message>
+    </context>
+    <context>
+        <name>ModelManagerDialog</name>
+        <message>
+            <source>Models</source>
+            <translation>模型</translation>
+        </message>
+        <message>
+            <source>Model manager</source>
+            <translation>模型管理器</translation>
+        </message>
+        <message>
+            <source>This computer: %1 with %2 free of %3; RAM %4 available.</source>
+            <translation>本机：%1，%3 中空闲 %2；可用内存 %4。</translation>
+        </message>
+        <message>
+            <source>This computer: no supported GPU found; models run on the CPU (%1). RAM %2 available.</source>
+            <translation>本机：未找到受支持的 GPU，模型将在 CPU（%1）上运行。可用内存 %2。</translation>
+        </message>
+        <message>
+            <source>Detected hardware</source>
+            <translation>检测到的硬件</translation>
+        </message>
+        <message>
+            <source>Model</source>
+            <translation>模型</translation>
+        </message>
+        <message>
+            <source>Variant</source>
+            <translation>版本</translation>
+        </message>
+        <message>
+            <source>Size</source>
+            <translation>大小</translation>
+        </message>
+        <message>
+            <source>Fits this computer?</source>
+            <translation>本机能否运行？</translation>
+        </message>
+        <message>
+            <source>Status</source>
+            <translation>状态</translation>
+        </message>
+        <message>
+            <source>Columns</source>
+            <translation>列</translation>
+        </message>
+        <message>
+            <source>Rows</source>
+            <translation>行</translation>
+        </message>
+        <message>
+            <source>Download progress</source>
+            <translation>下载进度</translation>
+        </message>
+        <message>
+            <source>Download status</source>
+            <translation>下载状态</translation>
+        </message>
+        <message>
+            <source>Verification result</source>
+            <translation>校验结果</translation>
+        </message>
+        <message>
+            <source>Download</source>
+            <translation>下载</translation>
+        </message>
+        <message>
+            <source>Download the selected model</source>
+            <translation>下载所选模型</translation>
+        </message>
+        <message>
+            <source>Pause</source>
+            <translation>暂停</translation>
+        </message>
+        <message>
+            <source>Pause the download (keeps what was downloaded)</source>
+            <translation>暂停下载（保留已下载的部分）</translation>
+        </message>
+        <message>
+            <source>Resume</source>
+            <translation>继续</translation>
+        </message>
+        <message>
+            <source>Resume the paused download</source>
+            <translation>继续已暂停的下载</translation>
+        </message>
+        <message>
+            <source>Cancel</source>
+            <translation>取消</translation>
+        </message>
+        <message>
+            <source>Cancel the download and delete the partial file</source>
+            <translation>取消下载并删除未完成的文件</translation>
+        </message>
+        <message>
+            <source>Use</source>
+            <translation>使用</translation>
+        </message>
+        <message>
+            <source>Load the selected model and chat</source>
+            <translation>加载所选模型并聊天</translation>
+        </message>
+        <message>
+            <source>Delete</source>
+            <translation>删除</translation>
+        </message>
+        <message>
+            <source>Delete the selected model file</source>
+            <translation>删除所选模型文件</translation>
+        </message>
+        <message>
+            <source>Import file…</source>
+            <translation>导入文件…</translation>
+        </message>
+        <message>
+            <source>Import a .gguf or .ternary file</source>
+            <translation>导入 .gguf 或 .ternary 文件</translation>
+        </message>
+        <message>
+            <source>Import folder…</source>
+            <translation>导入文件夹…</translation>
+        </message>
+        <message>
+            <source>Import a Hugging Face model folder</source>
+            <translation>导入 Hugging Face 模型文件夹</translation>
+        </message>
+        <message>
+            <source>Convert…</source>
+            <translation>转换…</translation>
+        </message>
+        <message>
+            <source>Convert a model to the .ternary format</source>
+            <translation>将模型转换为 .ternary 格式</translation>
+        </message>
+        <message>
+            <source>The model catalog could not be read: %1</source>
+            <translation>无法读取模型目录：%1</translation>
+        </message>
+        <message>
+            <source>imported</source>
+            <translation>已导入</translation>
+        </message>
+        <message>
+            <source>Yes, on the GPU</source>
+            <translation>可以，在 GPU 上运行</translation>
+        </message>
+        <message>
+            <source>On the CPU only (slow)</source>
+            <translation>仅能在 CPU 上运行（较慢）</translation>
+        </message>
+        <message>
+            <source>No (not enough memory)</source>
+            <translation>否（内存不足）</translation>
+        </message>
+        <message>
+            <source>Unknown</source>
+            <translation>未知</translation>
+        </message>
+        <message>
+            <source>Recommended</source>
+            <translation>推荐</translation>
+        </message>
+        <message>
+            <source>Downloading…</source>
+            <translation>下载中…</translation>
+        </message>
+        <message>
+            <source>Installed, verified</source>
+            <translation>已安装，已校验</translation>
+        </message>
+        <message>
+            <source>Changed on disk since verification — not loadable</source>
+            <translation>校验后文件已被修改 — 无法加载</translation>
+        </message>
+        <message>
+            <source>File missing</source>
+            <translation>文件缺失</translation>
+        </message>
+        <message>
+            <source>Imported (loaded in place)</source>
+            <translation>已导入（在原位置加载）</translation>
+        </message>
+        <message>
+            <source>Paused at %1</source>
+            <translation>已暂停于 %1</translation>
+        </message>
+        <message>
+            <source>Not downloaded</source>
+            <translation>未下载</translation>
+        </message>
+        <message>
+            <source>Connecting…</source>
+            <translation>正在连接…</translation>
+        </message>
+        <message>
+            <source>Verifying</source>
+            <translation>正在校验</translation>
+        </message>
+        <message>
+            <source>Checking the partial file</source>
+            <translation>正在检查未完成的文件</translation>
+        </message>
+        <message>
+            <source>Downloading</source>
+            <translation>正在下载</translation>
+        </message>
+        <message>
+            <source>%1: %2 of %3 · %4/s · %5 left</source>
+            <translation>%1：%2 / %3 · %4/秒 · 剩余 %5</translation>
+        </message>
+        <message>
+            <source>Already installed and verified: %1</source>
+            <translation>已安装并通过校验：%1</translation>
+        </message>
+        <message>
+            <source>Downloaded and verified: %1 (%2, sha256 %3…)</source>
+            <translation>已下载并通过校验：%1（%2，sha256 %3…）</translation>
+        </message>
+        <message>
+            <source>Verification failed</source>
+            <translation>校验失败</translation>
+        </message>
+        <message>
+            <source>Download failed</source>
+            <translation>下载失败</translation>
+        </message>
+        <message>
+            <source>Download cancelled; the partial file was deleted.</source>
+            <translation>下载已取消；未完成的文件已删除。</translation>
+        </message>
+        <message>
+            <source>Paused. Resume continues where it stopped.</source>
+            <translation>已暂停。继续下载将从中断处开始。</translation>
+        </message>
+        <message>
+            <source>Pausing…</source>
+            <translation>正在暂停…</translation>
+        </message>
+        <message>
+            <source>Cancelling…</source>
+            <translation>正在取消…</translation>
+        </message>
+        <message>
+            <source>The partial download was deleted.</source>
+            <translation>未完成的下载已删除。</translation>
+        </message>
+        <message>
+            <source>Delete model</source>
+            <translation>删除模型</translation>
+        </message>
+        <message>
+            <source>Delete %1 from this computer?</source>
+            <translation>要从本机删除 %1 吗？</translation>
+        </message>
+        <message>
+            <source>Import a model file</source>
+            <translation>导入模型文件</translation>
+        </message>
+        <message>
+            <source>Models (*.gguf *.ternary)</source>
+            <translation>模型 (*.gguf *.ternary)</translation>
+        </message>
+    </context>
+    <context>
+        <name>SettingsDialog</name>
+        <message>
+            <source>Settings</source>
+            <translation>设置</translation>
+        </message>
+        <message>
+            <source>Settings sections</source>
+            <translation>设置分类</translation>
+        </message>
+        <message>
+            <source>Sampling</source>
+            <translation>采样</translation>
+        </message>
+        <message>
+            <source>Hardware</source>
+            <translation>硬件</translation>
+        </message>
+        <message>
+            <source>Downloads</source>
+            <translation>下载</translation>
+        </message>
+        <message>
+            <source>Interface</source>
+            <translation>界面</translation>
+        </message>
+        <message>
+            <source>model default: %1</source>
+            <translation>模型默认：%1</translation>
+        </message>
+        <message>
+            <source>model default</source>
+            <translation>模型默认</translation>
+        </message>
+        <message>
+            <source>random</source>
+            <translation>随机</translation>
+        </message>
+        <message>
+            <source>(no model loaded: defaults for models without their own settings)</source>
+            <translation>（未加载模型：用于没有单独设置的模型的默认值）</translation>
+        </message>
+        <message>
+            <source>Sampling for: %1</source>
+            <translation>采样设置：%1</translation>
+        </message>
+        <message>
+            <source>Temperature</source>
+            <translation>温度</translation>
+        </message>
+        <message>
+            <source>Top-p</source>
+            <translation>Top-p</translation>
+        </message>
+        <message>
+            <source>Top-k</source>
+            <translation>Top-k</translation>
+        </message>
+        <message>
+            <source>Min-p</source>
+            <translation>Min-p</translation>
+        </message>
+        <message>
+            <source>Repetition penalty</source>
+            <translation>重复惩罚</translation>
+        </message>
+        <message>
+            <source>Presence penalty</source>
+            <translation>存在惩罚</translation>
+        </message>
+        <message>
+            <source>Max new tokens</source>
+            <translation>最大生成词元数</translation>
+        </message>
+        <message>
+            <source>Seed</source>
+            <translation>随机种子</translation>
+        </message>
+        <message>
+            <source>System prompt</source>
+            <translation>系统提示词</translation>
+        </message>
+        <message>
+            <source>Optional instructions sent before every conversation</source>
+            <translation>可选：每次对话前发送给模型的指令</translation>
+        </message>
+        <message>
+            <source>Thinking</source>
+            <translation>思考</translation>
+        </message>
+        <message>
+            <source>Model default</source>
+            <translation>模型默认</translation>
+        </message>
+        <message>
+            <source>On</source>
+            <translation>开</translation>
+        </message>
+        <message>
+            <source>Off</source>
+            <translation>关</translation>
+        </message>
+        <message>
+            <source>The loaded model does not think before answering.</source>
+            <translation>当前加载的模型不会在回答前思考。</translation>
+        </message>
+        <message>
+            <source>Reasoning effort</source>
+            <translation>推理强度</translation>
+        </message>
+        <message>
+            <source>Low</source>
+            <translation>低</translation>
+        </message>
+        <message>
+            <source>Medium</source>
+            <translation>中</translation>
+        </message>
+        <message>
+            <source>High</source>
+            <translation>高</translation>
+        </message>
+        <message>
+            <source>Used by models whose chat template accepts a reasoning effort (Ternary-Bonsai 2); other models ignore it.</source>
+            <translation>仅对聊天模板支持推理强度的模型（Ternary-Bonsai 2）有效；其他模型会忽略。</translation>
+        </message>
+        <message>
+            <source>Reset to model defaults</source>
+            <translation>恢复模型默认值</translation>
+        </message>
+        <message>
+            <source>Reset sampling to the model's defaults</source>
+            <translation>将采样参数恢复为模型默认值</translation>
+        </message>
+        <message>
+            <source>Device</source>
+            <translation>设备</translation>
+        </message>
+        <message>
+            <source>Auto (best available)</source>
+            <translation>自动（最佳可用设备）</translation>
+        </message>
+        <message>
+            <source>CPU</source>
+            <translation>CPU</translation>
+        </message>
+        <message>
+            <source>Auto (largest that fits, from the planner)</source>
+            <translation>自动（由规划器选择可容纳的最大值）</translation>
+        </message>
+        <message>
+            <source>Automatic context length</source>
+            <translation>自动上下文长度</translation>
+        </message>
+        <message>
+            <source>Context length</source>
+            <translation>上下文长度</translation>
+        </message>
+        <message>
+            <source>Manual context length (tokens)</source>
+            <translation>手动上下文长度（词元）</translation>
+        </message>
+        <message>
+            <source>tokens, e.g. 8192</source>
+            <translation>词元数，例如 8192</translation>
+        </message>
+        <message>
+            <source>A manual context length must be at least %1 tokens.</source>
+            <translation>手动设置的上下文长度至少为 %1 个词元。</translation>
+        </message>
+        <message>
+            <source>This model supports at most %1 tokens.</source>
+            <translation>此模型最多支持 %1 个词元。</translation>
+        </message>
+        <message>
+            <source>Memory cost of the context length</source>
+            <translation>上下文长度的内存开销</translation>
+        </message>
+        <message>
+            <source>Offload policy</source>
+            <translation>卸载策略</translation>
+        </message>
+        <message>
+            <source>Auto (cheapest per token)</source>
+            <translation>自动（每个词元开销最低）</translation>
+        </message>
+        <message>
+            <source>Stream offloaded layers to the GPU</source>
+            <translation>将卸载的层流式传输到 GPU</translation>
+        </message>
+        <message>
+            <source>Compute offloaded layers on the CPU</source>
+            <translation>在 CPU 上计算卸载的层</translation>
+        </message>
+        <message>
+            <source>Now: %1 layers on the GPU, %2 on the CPU.</source>
+            <translation>当前：GPU 上 %1 层，CPU 上 %2 层。</translation>
+        </message>
+        <message>
+            <source>Current layer placement</source>
+            <translation>当前层分布</translation>
+        </message>
+        <message>
+            <source>This engine version keeps all layers on one device; the planner decides the context.</source>
+            <translation>当前引擎版本将所有层放在同一设备上，由规划器决定上下文长度。</translation>
+        </message>
+        <message>
+            <source>Layer placement</source>
+            <translation>层分布</translation>
+        </message>
+        <message>
+            <source>KV-cache precision</source>
+            <translation>KV 缓存精度</translation>
+        </message>
+        <message>
+            <source>Auto (fp32 on CPU, bf16 on GPU)</source>
+            <translation>自动（CPU 用 fp32，GPU 用 bf16）</translation>
+        </message>
+        <message>
+            <source>VRAM cap (GiB, 0 = none)</source>
+            <translation>显存上限（GiB，0 = 不限）</translation>
+        </message>
+        <message>
+            <source>Hardware changes reload the model when you press OK.</source>
+            <translation>按“确定”后，硬件设置的更改会重新加载模型。</translation>
+        </message>
+        <message>
+            <source>Download source</source>
+            <translation>下载来源</translation>
+        </message>
+        <message>
+            <source>Auto (Hugging Face, then ModelScope)</source>
+            <translation>自动（先 Hugging Face，后 ModelScope）</translation>
+        </message>
+        <message>
+            <source>Source</source>
+            <translation>来源</translation>
+        </message>
+        <message>
+            <source>Hugging Face mirror endpoint</source>
+            <translation>Hugging Face 镜像地址</translation>
+        </message>
+        <message>
+            <source>ModelScope endpoint</source>
+            <translation>ModelScope 地址</translation>
+        </message>
+        <message>
+            <source>Hugging Face endpoint</source>
+            <translation>Hugging Face 地址</translation>
+        </message>
+        <message>
+            <source>Storage folder</source>
+            <translation>存储文件夹</translation>
+        </message>
+        <message>
+            <source>Set TERNARY_CHAT_HOME before starting the app to keep everything in another folder.</source>
+            <translation>启动应用前设置 TERNARY_CHAT_HOME，可将所有数据保存到其他文件夹。</translation>
+        </message>
+        <message>
+            <source>%1 token status</source>
+            <translation>%1 令牌状态</translation>
+        </message>
+        <message>
+            <source>paste a new token</source>
+            <translation>粘贴新令牌</translation>
+        </message>
+        <message>
+            <source>New %1 token</source>
+            <translation>新的 %1 令牌</translation>
+        </message>
+        <message>
+            <source>Save</source>
+            <translation>保存</translation>
+        </message>
+        <message>
+            <source>Save the %1 token in the keyring</source>
+            <translation>将 %1 令牌保存到系统钥匙串</translation>
+        </message>
+        <message>
+            <source>Remove</source>
+            <translation>移除</translation>
+        </message>
+        <message>
+            <source>Remove the %1 token</source>
+            <translation>移除 %1 令牌</translation>
+        </message>
+        <message>
+            <source>%1 token</source>
+            <translation>%1 令牌</translation>
+        </message>
+        <message>
+            <source>Token message</source>
+            <translation>令牌提示</translation>
+        </message>
+        <message>
+            <source>Interface language</source>
+            <translation>界面语言</translation>
+        </message>
+        <message>
+            <source>Language</source>
+            <translation>语言</translation>
+        </message>
+        <message>
+            <source>Theme</source>
+            <translation>主题</translation>
+        </message>
+        <message>
+            <source>Light</source>
+            <translation>浅色</translation>
+        </message>
+        <message>
+            <source>Dark</source>
+            <translation>深色</translation>
+        </message>
+        <message>
+            <source>The theme changes at once; the language the next time the app starts.</source>
+            <translation>主题立即生效；语言在下次启动时生效。</translation>
+        </message>
+        <message>
+            <source>Enter a context length or choose Auto.</source>
+            <translation>请输入上下文长度或选择“自动”。</translation>
+        </message>
+        <message>
+            <source>A mirror endpoint must be a web address starting with https:// or http://.</source>
+            <translation>镜像地址必须是以 https:// 或 http:// 开头的网址。</translation>
+        </message>
+        <message>
+            <source>Load a model to see what a context length costs.</source>
+            <translation>加载模型后可查看上下文长度所需的内存。</translation>
+        </message>
+        <message>
+            <source>Auto: the planner picked %1 tokens (KV cache %2).</source>
+            <translation>自动：规划器选择了 %1 个词元（KV 缓存 %2）。</translation>
+        </message>
+        <message>
+            <source>VRAM</source>
+            <translation>显存</translation>
+        </message>
+        <message>
+            <source>RAM</source>
+            <translation>内存</translation>
+        </message>
+        <message>
+            <source>%1 tokens need a %2 KV cache; with the %3 of weights about %4 of %5 (%6 available).</source>
+            <translation>%1 个词元需要 %2 的 KV 缓存；加上 %3 的权重，共约 %4 的%5（可用 %6）。</translation>
+        </message>
+        <message>
+            <source>This will not fit.</source>
+            <translation>内存不足，无法容纳。</translation>
+        </message>
+        <message>
+            <source>stored: ••••••••</source>
+            <translation>已保存：••••••••</translation>
+        </message>
+        <message>
+            <source>none</source>
+            <translation>无</translation>
+        </message>
+        <message>
+            <source>keyring unavailable</source>
+            <translation>钥匙串不可用</translation>
+        </message>
+        <message>
+            <source>Paste a token first.</source>
+            <translation>请先粘贴令牌。</translation>
+        </message>
+        <message>
+            <source>Could not store the token: %1</source>
+            <translation>无法保存令牌：%1</translation>
+        </message>
+        <message>
+            <source>Could not remove the token: %1</source>
+            <translation>无法删除令牌：%1</translation>
+        </message>
+        <message>
+            <source>Could not save the download settings: %1</source>
+            <translation>无法保存下载设置：%1</translation>
+        </message>
+    </context>
+    <context>
+        <name>WelcomePage</name>
+        <message>
+            <source>Welcome to Ternary Chat</source>
+            <translation>欢迎使用 Ternary Chat</translation>
+        </message>
+        <message>
+            <source>Private chat with ternary Bonsai models, running entirely on this computer.</source>
+            <translation>与三值 Bonsai 模型私密聊天，完全在本机运行。</translation>
+        </message>
+        <message>
+            <source>Checking this computer's hardware…</source>
+            <translation>正在检测本机硬件…</translation>
+        </message>
+        <message>
+            <source>Detected hardware</source>
+            <translation>检测到的硬件</translation>
+        </message>
+        <message>
+            <source>Recommended model</source>
+            <translation>推荐模型</translation>
+        </message>
+        <message>
+            <source>Download and start chatting</source>
+            <translation>下载并开始聊天</translation>
+        </message>
+        <message>
+            <source>Download the recommended model and start chatting</source>
+            <translation>下载推荐的模型并开始聊天</translation>
+        </message>
+        <message>
+            <source>Choose another model or import one…</source>
+            <translation>选择其他模型或导入模型…</translation>
+        </message>
+        <message>
+            <source>Open the model manager</source>
+            <translation>打开模型管理器</translation>
+        </message>
+        <message>
+            <source>GPU: %1 (%2 free of %3) · RAM: %4 available of %5</source>
+            <translation>GPU：%1（%3 中空闲 %2）· 内存：%5 中可用 %4</translation>
+        </message>
+        <message>
+            <source>No supported GPU found: models run on the CPU (%1) · RAM: %2 available of %3</source>
+            <translation>未找到受支持的 GPU：模型将在 CPU（%1）上运行 · 内存：%3 中可用 %2</translation>
+        </message>
+        <message>
+            <source>%1 model(s) already on this computer: pick one in the model picker above.</source>
+            <translation>本机已有 %1 个模型：请在上方的模型选择器中选择。</translation>
+        </message>
+        <message>
+            <source>The model catalog could not be read: %1</source>
+            <translation>无法读取模型目录：%1</translation>
+        </message>
+        <message>
+            <source>None of the catalog models fits this computer's free memory. Close other programs or import a smaller model.</source>
+            <translation>目录中没有适合本机空闲内存的模型。请关闭其他程序或导入更小的模型。</translation>
+        </message>
+        <message>
+            <source>on the GPU</source>
+            <translation>在 GPU 上</translation>
+        </message>
+        <message>
+            <source>on the CPU</source>
+            <translation>在 CPU 上</translation>
+        </message>
+        <message>
+            <source>Recommended for this computer: %1 (%2, %3 download), runs %4.</source>
+            <translation>本机推荐：%1（%2，下载 %3），%4运行。</translation>
+        </message>
+    </context>
+</TS>

@@ -1,0 +1,144 @@
+"""Model manager against the hub helper's loopback fake Hugging Face server (tests/hub)."""
+
+from __future__ import annotations
+
+import hashlib
+
+from app.model_fit import FITS_CPU, FITS_GPU, NO_FIT, Hardware, fit, recommend
+from app.model_manager import ModelManagerDialog, partial_bytes
+from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel, HubRepo
+from runtime.hub.fetch import ModelFetcher
+from runtime.hub.paths import HubPaths
+from runtime.hub.settings import HubSettings
+from runtime.hub.store import ModelStore
+from runtime.hub.tokens import TokenStore
+from tests.hub.hub_fake_server import FAST_RETRY, FakeHub, tiny_gguf
+
+REPO = "prism-ml/Tiny-Bonsai-gguf"
+GIB = 1024**3
+
+
+def _catalog() -> Catalog:
+    def model(mid, name, fname, vram, ram):
+        f = CatalogFile(variant="PQ2_0", file=fname, format="gguf", default=True, approx_size=400_000,
+                        min_vram_bytes=vram, min_ram_bytes=ram, packed_bytes=vram // 2)
+        return CatalogModel(id=mid, name=name, architecture="qwen3", context_length=512, files=[f],
+                            huggingface=HubRepo(REPO, "main"), description="test model")
+
+    return Catalog([model("tiny-good", "Tiny Good", "good.gguf", 2 * GIB, 1 * GIB),
+                    model("tiny-bad", "Tiny Corrupt", "bad.gguf", 3 * GIB, 2 * GIB),
+                    model("tiny-slow", "Tiny Slow", "slow.gguf", 40 * GIB, 30 * GIB)], HubPaths.resolve())
+
+
+def _dialog(qtbot, window, hub, hardware=None):
+    fetcher = ModelFetcher(HubPaths.resolve(), HubSettings(source="hf", hf_endpoint=hub.url,
+                                                            modelscope_endpoint=hub.url),
+                           TokenStore(), retry=FAST_RETRY, stall_timeout_s=10.0)
+    hw = hardware or Hardware(gpu_name="Test GPU", gpu_total_bytes=8 * GIB, gpu_free_bytes=7 * GIB,
+                              ram_total_bytes=16 * GIB, ram_available_bytes=12 * GIB)
+    dlg = ModelManagerDialog(window, catalog=_catalog(), hardware=hw, fetcher=fetcher)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    return dlg
+
+
+def test_fit_and_recommendation():
+    cat = _catalog()
+    gpu = Hardware(gpu_total_bytes=8 * GIB, gpu_free_bytes=7 * GIB, ram_available_bytes=12 * GIB)
+    cpu = Hardware(ram_available_bytes=12 * GIB)
+    good, bad, slow = (m.default_file() for m in cat.models)
+    assert (fit(good, gpu), fit(slow, gpu), fit(good, cpu)) == (FITS_GPU, NO_FIT, FITS_CPU)
+    assert recommend(cat.models, gpu)[0].id == "tiny-bad"  # largest that fits the GPU
+    assert recommend(cat.models, cpu)[0].id == "tiny-good"  # smallest that fits in RAM on a CPU
+    assert recommend(cat.models, Hardware(ram_available_bytes=GIB // 2)) is None
+
+
+def test_gui_model_manager_downloads_verifies_and_rejects_corrupt_file(qtbot, make_window):
+    w = make_window(load=False)
+    with FakeHub() as hub:
+        good = tiny_gguf(300_000, seed=1)
+        hub.add(REPO, "good.gguf", good)
+        hub.add(REPO, "bad.gguf", tiny_gguf(300_000, seed=2), served=tiny_gguf(300_000, seed=3))  # bytes differ
+        dlg = _dialog(qtbot, w, hub)
+        names = [dlg.table.item(r, 0).text() for r in range(dlg.table.rowCount())]
+        assert names[1].startswith("Tiny Corrupt") and "Recommended" in names[1]
+        assert dlg.table.item(2, 3).text().startswith("No")  # 40 GiB model does not fit
+        assert dlg.table.item(0, 4).text() == "Not downloaded"
+
+        dlg.select_key(("tiny-good", "good.gguf"))
+        progress = []
+        dlg.download_button.click()
+        dlg.job.signals.progress.connect(lambda p: progress.append(p))
+        qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
+        assert dlg.last_result is not None and not dlg.last_error
+        assert "Downloaded and verified: good.gguf" in dlg.result_label.text()
+        assert hashlib.sha256(good).hexdigest()[:16] in dlg.result_label.text()
+        installed = ModelStore().installed()
+        assert [i.filename for i in installed] == ["good.gguf"] and installed[0].path.read_bytes() == good
+        assert dlg.table.item(0, 4).text() == "Installed, verified"
+        assert any(str(installed[0].path) == p for _label, p in w.available_models())  # in the model picker
+
+        dlg.select_key(("tiny-bad", "bad.gguf"))
+        dlg.download_button.click()
+        qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
+        assert dlg.last_result is None and "Verification failed" in dlg.result_label.text()
+        assert "sha256" in dlg.last_error and "quarantine" in dlg.last_error
+        assert [i.filename for i in ModelStore().installed()] == ["good.gguf"]  # nothing unverified installed
+        assert ModelStore().quarantined()[0]["file"] == "bad.gguf"
+        assert dlg.table.item(1, 4).text() == "Not downloaded"
+
+
+def test_gui_model_manager_pause_resume_cancel(qtbot, make_window):
+    w = make_window(load=False)
+    with FakeHub() as hub:
+        content = tiny_gguf(2_000_000, seed=4)
+        hub.add(REPO, "slow.gguf", content, chunk_delay_s=0.02)
+        dlg = _dialog(qtbot, w, hub, Hardware(gpu_total_bytes=80 * GIB, gpu_free_bytes=79 * GIB,
+                                              ram_available_bytes=64 * GIB))
+        dlg.select_key(("tiny-slow", "slow.gguf"))
+        dlg.download_button.click()
+        qtbot.waitUntil(lambda: "Downloading:" in dlg.progress_label.text(), timeout=30_000)
+        qtbot.waitUntil(lambda: partial_bytes("slow.gguf") > 100_000, timeout=30_000)
+        dlg.pause_button.click()
+        qtbot.waitUntil(lambda: dlg.job is None, timeout=30_000)
+        kept = partial_bytes("slow.gguf")
+        assert 0 < kept < len(content) and "Paused" in dlg.progress_label.text()
+        assert dlg.table.item(2, 4).text().startswith("Paused at")
+        assert dlg.resume_button.isEnabled() and not dlg.download_button.isEnabled()
+        dlg.resume_button.click()
+        qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
+        assert "Downloaded and verified: slow.gguf" in dlg.result_label.text()
+        assert dlg.last_result.resumed_from >= kept  # continued, not restarted
+        # cancel deletes the partial file
+        ModelStore().remove(ModelStore().installed()[0])
+        dlg.refresh()
+        dlg.select_key(("tiny-slow", "slow.gguf"))
+        dlg.download_button.click()
+        qtbot.waitUntil(lambda: partial_bytes("slow.gguf") > 100_000, timeout=30_000)
+        dlg.cancel_button.click()
+        qtbot.waitUntil(lambda: dlg.job is None, timeout=30_000)
+        assert partial_bytes("slow.gguf") == 0 and "cancelled" in dlg.progress_label.text()
+
+
+def test_gui_convert_hf_folder_to_ternary_and_load_it(qtbot, make_window, tiny_model_path, tmp_path):
+    from app.convert_dialog import ConvertDialog
+
+    w = make_window(load=False)
+    dlg = ConvertDialog(w)
+    qtbot.addWidget(dlg)
+    dlg.show()
+    dlg.src_edit.setText(tiny_model_path)
+    assert dlg.out_edit.text().endswith("hf.ternary")
+    dlg.out_edit.setText(str(tmp_path / "tiny.ternary"))
+    stages = []
+    dlg.start_button.click()
+    dlg.job.signals.progress.connect(lambda stage, done, total, detail: stages.append(stage))
+    qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
+    assert dlg.result is not None, dlg.error
+    assert (tmp_path / "tiny.ternary").is_file() and dlg.progress.value() == 1000
+    assert "Done:" in dlg.status.text()
+    out = str((tmp_path / "tiny.ternary").resolve())
+    assert out in [p for _label, p in w.available_models()]
+    with qtbot.waitSignal(w.modelLoaded, timeout=60_000):
+        w.load_model(out)
+    assert w.model_info["source_format"] == "ternary"
