@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="open the main window, run the event loop briefly and exit 0 (installer checks)")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     parser.add_argument("--language", choices=["en", "zh_CN"], help="override the interface language once")
+    parser.add_argument("files", nargs="*", help="a document to summarize or a model (.gguf/.ternary/folder) to import")
     args, qt_args = parser.parse_known_args(argv[1:])
 
     log_path = setup_logging(args.verbose)
@@ -115,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow(settings=settings, autoload=not args.smoke_test)
     window.show()
+    for path in args.files[:1]:  # as if dropped on the window (file managers' "Open with")
+        window.handle_dropped(os.path.abspath(path))
     if args.smoke_test:
         from PySide6.QtCore import QTimer
 

@@ -8,6 +8,7 @@ split, stop strings) lives in its own module; this file is the loop and the book
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import time
@@ -137,6 +138,9 @@ class Engine:
             source_format=data.provenance.source_format,
         )
         self._cached_tokens: list[int] = []  # tokens whose K/V sit at cache positions 0..n-1
+        self.graph_decode = False  # decode through runtime.gpu_decode.GraphDecoder (set by load)
+        self._decoder: Any = None
+        self._notified_fallback = False
 
     # ------------------------------------------------------------------ loading
 
@@ -144,13 +148,14 @@ class Engine:
     def load(cls, path: str | os.PathLike | ModelData, device: str = "auto", context_length: int | None = None,
              max_vram_bytes: int | None = None, progress: Callable[[str, float], None] | None = None,
              cancel: CancelToken | None = None, *, dtype: torch.dtype | None = None, backend: str = "auto",
-             kv_dtype: torch.dtype | None = None) -> Engine:
+             kv_dtype: torch.dtype | None = None, graph_decode: bool | None = None) -> Engine:
         """Read a model file (or take a :class:`ModelData`) and prepare it on ``device``.
 
         ``context_length=None`` asks the planner for the largest context that fits (on the CPU at
         most ``CPU_DEFAULT_MAX_CONTEXT`` and a quarter of free RAM). Extensions beyond the API
         contract: ``dtype`` (activations; fp32 on CPU, bf16 on CUDA by default), ``backend`` (ternary
-        matmul backend name) and ``kv_dtype`` (defaults to ``dtype``).
+        matmul backend name), ``kv_dtype`` (defaults to ``dtype``) and ``graph_decode`` (decode
+        through :class:`runtime.gpu_decode.GraphDecoder`; default: on CUDA).
         """
         dev = resolve_device(device)
 
@@ -165,9 +170,7 @@ class Engine:
             data = path
         else:
             data = _read_model(Path(path))
-        if data.config.arch != "qwen3":
-            raise UnsupportedModelError(
-                f"architecture {data.config.arch!r} is not supported by this engine yet (Qwen3 dense only)")
+        model_cls = _model_class(data.config.arch)
         if data.tokenizer is None:
             raise UnsupportedModelError("the model file has no tokenizer, so it cannot be used for chat")
         report("planning memory", 0.1)
@@ -175,17 +178,31 @@ class Engine:
         kv = kv_dtype or act_dtype
         ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv)
         tokenizer = Tokenizer(data.tokenizer)
+        kwargs: dict[str, Any] = dict(dtype=act_dtype, max_positions=ctx, backend=backend, kv_dtype=kv)
+        if plan is not None and dev.type == "cuda" and _needs_placement(plan):
+            if "placement" not in inspect.signature(model_cls.__init__).parameters:
+                raise OutOfMemoryError(f"the model needs offloading to fit this GPU, which is not implemented for "
+                                       f"{data.config.arch}; use --device cpu or a smaller --ctx")
+            from runtime.offload import Placement
+
+            kwargs["placement"] = Placement(plan, dev)
+        if max_vram_bytes is not None and dev.type == "cuda":
+            from runtime.gpu_decode import enforce_max_vram
+
+            enforce_max_vram(max_vram_bytes, dev)
 
         def model_progress(stage: str, fraction: float) -> None:
             report(stage, 0.15 + 0.85 * fraction)
 
         try:
-            model = Qwen3Model.from_model_data(data, dev, dtype=act_dtype, max_positions=ctx, backend=backend,
-                                               kv_dtype=kv, progress=model_progress, cancel=cancel)
+            model = model_cls.from_model_data(data, dev, progress=model_progress, cancel=cancel, **kwargs)
         except torch.OutOfMemoryError as exc:
             raise OutOfMemoryError(f"not enough {dev.type.upper()} memory to load the model with "
                                    f"{ctx} tokens of context; try a smaller --ctx") from exc
-        engine = cls(model, tokenizer, data, dev, plan)
+        engine = cls(model, tokenizer, data, dev, plan.to_dict() if plan is not None else None)
+        if plan is not None:
+            engine.info.plan["context_length"] = ctx
+        engine.graph_decode = dev.type == "cuda" if graph_decode is None else graph_decode
         report("ready", 1.0)
         return engine
 
@@ -278,21 +295,23 @@ class Engine:
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
         t_start = time.perf_counter()
-        answer: list[str] = []
-        thinking: list[str] = []
+        texts: dict[str, list[str]] = {"answer": [], "thinking": []}
+        generated: list[int] = []
+        finish = "length"
+        decode_s, decode_steps = 0.0, 0
         try:
             with torch.inference_mode():
                 # ---- prefill (only what the cache does not already hold)
                 reuse = min(_common_prefix(self._cached_tokens, prompt_ids), len(prompt_ids) - 1)
+                if not getattr(model, "supports_prefix_rewind", True) and reuse < len(self._cached_tokens):
+                    reuse = 0  # recurrent state (hybrid) cannot be rewound: only pure extensions reuse
                 self._cached_tokens = prompt_ids[:reuse]
                 stats.reused_prompt_tokens = reuse
                 logits = None
                 chunk = PREFILL_CHUNK
                 pos = reuse
                 t_prefill = time.perf_counter()
-                while pos < len(prompt_ids):
-                    if cancel.cancelled:
-                        break
+                while pos < len(prompt_ids) and not cancel.cancelled:
                     end = min(pos + chunk, len(prompt_ids))
                     try:
                         logits = self._forward(prompt_ids[pos:end], pos)
@@ -309,38 +328,42 @@ class Engine:
                 computed = pos - reuse
                 stats.prefill_tok_s = computed / prefill_s if computed and prefill_s > 0 else 0.0
 
-                sampler = Sampler(s, model.vocab_size, prompt_ids, dev)
+                # ---- decode: a stream of token ids; stopping = not asking for the next one
                 splitter = ChannelSplitter(self.tokenizer, prompt_opens_thinking(self.tokenizer, prompt_ids))
                 matchers = {"answer": StopStringMatcher(s.stop), "thinking": StopStringMatcher(s.stop)}
                 last_channel = splitter.channel
-                generated: list[int] = []
-                finish = "length"
-                decode_s = 0.0
-                decode_steps = 0
                 eos = self.tokenizer.eos_token_ids
-                if pos < len(prompt_ids):  # cancelled during prefill
-                    finish, logits = "cancelled", None
-                while logits is not None:
-                    tok = sampler.sample(logits[-1])
-                    if not generated:
-                        stats.ttft_s = tokenize_s + (time.perf_counter() - t_start)
+                if pos < len(prompt_ids) or logits is None:  # cancelled during prefill
+                    finish = "cancelled"
+                    stream: Iterator[int] = iter(())
+                else:
+                    # the first token needs no cache slot; each further one is fed at the next position
+                    further = min(s.max_new_tokens - 1, ctx - len(prompt_ids))
+                    stream = self._token_stream(logits, prompt_ids, s, further)
+                t_step = time.perf_counter()
+                for tok in stream:
+                    now = time.perf_counter()
+                    if generated:
+                        decode_s += now - t_step
+                        decode_steps += 1
+                    else:
+                        stats.ttft_s = tokenize_s + (now - t_start)
                     if tok in eos and not s.ignore_eos:
                         finish = "stop"
                         break
                     generated.append(tok)
-                    sampler.observe(tok)
                     stopped = False
                     for piece in splitter.add(tok):
                         if piece.channel != last_channel:
                             tail = matchers[last_channel].flush()
                             if tail:
-                                (thinking if last_channel == "thinking" else answer).append(tail)
+                                texts[last_channel].append(tail)
                                 yield TextEvent(tail, last_channel)  # type: ignore[arg-type]
                             last_channel = piece.channel
                         m = matchers[piece.channel]
                         out = m.feed(piece.text)
                         if out:
-                            (thinking if piece.channel == "thinking" else answer).append(out)
+                            texts[piece.channel].append(out)
                             yield TextEvent(out, piece.channel)  # type: ignore[arg-type]
                         if m.stopped:
                             stopped = True
@@ -351,36 +374,39 @@ class Engine:
                     if len(generated) >= s.max_new_tokens:
                         finish = "length"
                         break
-                    next_pos = len(prompt_ids) + len(generated) - 1
-                    if next_pos >= ctx:
-                        finish = "length"
-                        yield NoticeEvent(f"The context ({ctx} tokens) is full.")
-                        break
                     if cancel.cancelled:
                         finish = "cancelled"
                         break
                     t_step = time.perf_counter()
-                    logits = self._forward([tok], next_pos)
-                    self._cached_tokens.append(tok)
-                    decode_s += time.perf_counter() - t_step
-                    decode_steps += 1
-                if finish not in ("stop_string",):
+                else:
+                    if finish != "cancelled":
+                        finish = "length"
+                        if len(generated) < s.max_new_tokens:
+                            yield NoticeEvent(f"The context ({ctx} tokens) is full.")
+                if hasattr(stream, "close"):
+                    stream.close()  # type: ignore[union-attr]
+                if self._decoder is not None and self._decoder.fallback_reason and not self._notified_fallback:
+                    self._notified_fallback = True
+                    yield NoticeEvent(self._decoder.fallback_reason)
+                if finish != "stop_string":
                     for piece in splitter.flush():
                         out = matchers[piece.channel].feed(piece.text)
                         if out:
-                            (thinking if piece.channel == "thinking" else answer).append(out)
+                            texts[piece.channel].append(out)
                             yield TextEvent(out, piece.channel)  # type: ignore[arg-type]
                     for channel, m in matchers.items():
-                        tail = "" if m.stopped else m.flush()
+                        tail = m.flush()
                         if tail:
-                            (thinking if channel == "thinking" else answer).append(tail)
+                            texts[channel].append(tail)
                             yield TextEvent(tail, channel)  # type: ignore[arg-type]
         except torch.OutOfMemoryError as exc:
             self._cached_tokens = []
             raise OutOfMemoryError(
                 f"out of {dev.type.upper()} memory while generating; load with a smaller context") from exc
+        except GeneratorExit:
+            raise  # the caller stopped iterating; _cached_tokens only ever lists fully written positions
         except BaseException:
-            self._cached_tokens = []  # the cache may hold half-written positions
+            self._cached_tokens = []  # be conservative after a failure inside a forward pass
             raise
         total = time.perf_counter() - t_start
         stats.generated_tokens = len(generated)
@@ -388,11 +414,52 @@ class Engine:
         stats.finish_reason = finish  # type: ignore[assignment]
         stats.decode_tok_s = decode_steps / decode_s if decode_steps and decode_s > 0 else 0.0
         stats.total_s = tokenize_s + total
-        if not generated and stats.ttft_s == 0.0:
+        if stats.ttft_s == 0.0:
             stats.ttft_s = stats.total_s
         stats.peak_memory_bytes = (int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"
                                    else process_peak_rss_bytes())
-        yield DoneEvent(stats=stats, text="".join(answer), thinking="".join(thinking))
+        yield DoneEvent(stats=stats, text="".join(texts["answer"]), thinking="".join(texts["thinking"]))
+
+    def _token_stream(self, logits: torch.Tensor, prompt_ids: list[int], s: GenerationSettings,
+                      further: int) -> Iterator[int]:
+        """Sampled token ids: the first from the prefill logits, then up to ``further`` more.
+
+        Asking for the next token runs the forward pass of the previous one (writing its K/V), so
+        a consumer that stops asking never computes a token it does not want.
+        """
+        if self.graph_decode:
+            yield from self._graph_token_stream(logits, prompt_ids, s, further)
+            return
+        sampler = Sampler(s, self.model.vocab_size, prompt_ids, self.device)
+        tok = sampler.sample(logits[-1])
+        sampler.observe(tok)
+        yield tok
+        pos = len(prompt_ids)
+        for _ in range(further):
+            logits = self._forward([tok], pos)
+            self._cached_tokens.append(tok)
+            pos += 1
+            tok = sampler.sample(logits[-1])
+            sampler.observe(tok)
+            yield tok
+
+    def _graph_token_stream(self, logits: torch.Tensor, prompt_ids: list[int], s: GenerationSettings,
+                            further: int) -> Iterator[int]:
+        """Same contract through :class:`runtime.gpu_decode.GraphDecoder` (one step in flight)."""
+        if self._decoder is None:
+            from runtime.gpu_decode import GraphDecoder, fused_qwen3_step
+
+            model = self.model
+            step = fused_qwen3_step(model) or (lambda tok, pos: model(tok, pos)[-1])
+            self._decoder = GraphDecoder(step, model.vocab_size, self.device)
+        dec = self._decoder
+        dec.configure(s, prompt_ids)
+        prev = dec.sample_first(logits[-1])
+        yield prev
+        for tok in dec.tokens(prev, len(prompt_ids), further):
+            self._cached_tokens.append(prev)
+            prev = tok
+            yield tok
 
     def _forward(self, tokens: list[int], start: int) -> torch.Tensor:
         """Run ``tokens`` at positions ``start..``; return the last position's logits ``[1, vocab]``."""
@@ -453,14 +520,26 @@ def _read_model(path: Path) -> ModelData:
     return load_model(path)
 
 
-def _kv_bytes_per_token(data: ModelData, kv_dtype: torch.dtype) -> int:
-    cfg = data.config
-    return cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2 * torch.tensor([], dtype=kv_dtype).element_size()
+def _model_class(arch: str) -> Any:
+    """The forward-pass class for an architecture (the hybrid is imported only when needed)."""
+    if arch == "qwen3":
+        return Qwen3Model
+    if arch == "qwen35":
+        from runtime.model.qwen35 import Qwen35Model
+
+        return Qwen35Model
+    raise UnsupportedModelError(f"architecture {arch!r} is not supported (qwen3 and qwen35 are)")
+
+
+def _needs_placement(plan: Any) -> bool:
+    return bool(plan.cpu_layers) or plan.embedding_device == "cpu" or plan.lm_head_device == "cpu"
 
 
 def _choose_context(data: ModelData, dev: torch.device, requested: int | None, max_vram: int | None,
-                    kv_dtype: torch.dtype) -> tuple[int, dict[str, Any] | None]:
-    """Context length (and the planner's plan, if the planner module is present)."""
+                    kv_dtype: torch.dtype) -> tuple[int, Any]:
+    """(context length, the planner's Plan). On the CPU the planner's context is capped further."""
+    from runtime import planner
+
     cfg = data.config
     model_max = cfg.max_position_embeddings
     if requested is not None:
@@ -468,37 +547,21 @@ def _choose_context(data: ModelData, dev: torch.device, requested: int | None, m
             raise TernaryError(f"context length must be at least 2 tokens, got {requested}")
         if requested > model_max:
             raise TernaryError(f"context length {requested} exceeds the model's maximum of {model_max}")
-    plan: dict[str, Any] | None = None
-    try:
-        from runtime import planner
-    except ImportError:
-        planner = None  # type: ignore[assignment]
-    if planner is not None:
-        kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(kv_dtype, "fp16")
-        p = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
-                                          kv_dtype=kv_name)
-        plan = p.to_dict()
-        if p.cpu_layers and dev.type == "cuda":
-            raise OutOfMemoryError(
-                f"the model needs {len(p.cpu_layers)} layers offloaded to the CPU to fit this GPU, which this "
-                f"engine does not do yet; use --device cpu or a smaller --ctx")
-        planned = int(p.context_length)
-    else:
-        planned = model_max
+    kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(kv_dtype, "fp16")
+    plan = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
+                                         kv_dtype=kv_name)
+    planned = int(plan.context_length)
     if requested is not None:
-        ctx = requested if planner is None or dev.type == "cpu" else min(requested, planned)
-        if ctx < requested:
-            raise OutOfMemoryError(f"a context of {requested} tokens does not fit; at most {planned} does")
-        return ctx, plan
+        if dev.type == "cuda" and planned < requested:
+            raise OutOfMemoryError(f"a context of {requested} tokens does not fit on {dev}; at most {planned} does")
+        return requested, plan
     ctx = min(planned, model_max)
     if dev.type == "cpu":
         import psutil
 
-        ram_cap = int(psutil.virtual_memory().available * CPU_KV_RAM_FRACTION) // max(1, _kv_bytes_per_token(data, kv_dtype))
+        kv_bytes = cfg.kv_bytes_per_token(torch.tensor([], dtype=kv_dtype).element_size())
+        ram_cap = int(psutil.virtual_memory().available * CPU_KV_RAM_FRACTION) // max(1, kv_bytes)
         ctx = min(ctx, CPU_DEFAULT_MAX_CONTEXT, ram_cap)
         ctx = max(CTX_ALIGN, ctx // CTX_ALIGN * CTX_ALIGN) if ctx >= CTX_ALIGN else ctx
         ctx = min(ctx, model_max)
-    if plan is not None:
-        plan["context_length"] = ctx
     return ctx, plan
-

@@ -78,8 +78,15 @@ def qwen3_tensor_specs(cfg: ModelConfig) -> list[TensorSpec]:
 
 
 # arch -> tensor list. The qwen35 hybrid entry is registered by the 27B work.
+def _qwen35_tensor_specs(cfg: ModelConfig) -> list[TensorSpec]:
+    from runtime.model.qwen35_synthetic import qwen35_tensor_specs  # lazy: it imports this module
+
+    return qwen35_tensor_specs(cfg)
+
+
 TENSOR_SPECS: dict[str, Callable[[ModelConfig], list[TensorSpec]]] = {
     "qwen3": qwen3_tensor_specs,
+    "qwen35": _qwen35_tensor_specs,
 }
 
 # byte value -> packed t2 byte, for the 81 bytes whose four codes are all in {0, 1, 2}
@@ -149,6 +156,11 @@ def synthetic_config(name: str) -> ModelConfig:
 def synthetic_tensors(cfg: ModelConfig, seed: int = 0, encoding: str = T2,
                       group_size: int = DEFAULT_GROUP_SIZE) -> Iterator[tuple[str, Tensor]]:
     """Yield ``(name, tensor)`` one at a time, so a writer can stream a large model to disk."""
+    if cfg.arch == "qwen35":  # keep-list tensors (BF16 a/b, conv, A, dt_bias) have their own kinds
+        from runtime.model.qwen35_synthetic import qwen35_synthetic_tensors
+
+        yield from qwen35_synthetic_tensors(cfg, seed, encoding, group_size)
+        return
     if cfg.arch not in TENSOR_SPECS:
         raise UnsupportedModelError(
             f"no synthetic tensor list for architecture {cfg.arch!r} (have: {', '.join(TENSOR_SPECS)})")
@@ -173,19 +185,28 @@ CHATML_TEMPLATE = (
 
 
 def byte_level_tokenizer_json() -> str:
-    """``tokenizer.json`` text of a byte-level BPE: 256 byte tokens, no merges, chat specials."""
+    """``tokenizer.json`` text of a byte-level BPE: 256 byte tokens (id == byte), no merges, chat specials.
+
+    Normalizer and pre-tokenizer are Qwen2's (NFC, Qwen2 split regex, ByteLevel), so the GGUF
+    writer names it ``qwen2`` and llama.cpp loads it like a real Bonsai vocabulary.
+    """
+    import json
+
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    alphabet = pre_tokenizers.ByteLevel.alphabet()
-    # order byte tokens by the byte they stand for, so token id == byte value
+    from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS
+
     byte_to_char = _bytes_to_unicode()
     vocab = {byte_to_char[b]: b for b in range(256)}
-    assert set(vocab) == set(alphabet)
+    if set(vocab) != set(pre_tokenizers.ByteLevel.alphabet()):
+        raise AssertionError("byte alphabet mismatch with tokenizers' ByteLevel")
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(SPECIAL_TOKENS)
-    return tok.to_str()
+    doc = json.loads(tok.to_str())
+    normalizer, pre_tokenizer, _ignore_merges = PRE_TOKENIZERS["qwen2"]
+    doc["normalizer"], doc["pre_tokenizer"] = normalizer, pre_tokenizer
+    return json.dumps(doc, ensure_ascii=False)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -213,9 +234,14 @@ def synthetic_tokenizer() -> TokenizerData:
     )
 
 
-def synthetic_model(name: str, seed: int = 0, encoding: str = T2,
+def synthetic_model(name: str, seed: int = 0, encoding: str | None = None,
                     group_size: int = DEFAULT_GROUP_SIZE) -> ModelData:
-    """The whole synthetic model ``name`` (a key of ``SYNTHETIC_CONFIGS``) in memory."""
+    """The whole synthetic model ``name`` (a key of ``SYNTHETIC_CONFIGS``) in memory.
+
+    ``encoding`` defaults to "t3" (the ~1.75-bit base-3 packing) for ``*-ptq1`` models, else "t2".
+    """
+    if encoding is None:
+        encoding = T3 if name.endswith("-ptq1") else T2
     cfg = synthetic_config(name)
     tensors = dict(synthetic_tensors(cfg, seed, encoding, group_size))
     return ModelData(

@@ -344,6 +344,32 @@ ZH: dict[str, str] = {
     "%1 looks like a scanned PDF with no text layer; run OCR on it first.": "%1 似乎是没有文字层的扫描版 PDF，请先进行 OCR 识别。",
     "%1 is damaged or not the kind of file its name says.": "%1 已损坏，或与其扩展名所示的文件类型不符。",
     "%1 contains no text.": "%1 不包含任何文本。",
+    # ConvertDialog
+    "Convert to .ternary": "转换为 .ternary",
+    "Convert a model": "转换模型",
+    "Model to convert": "要转换的模型",
+    "File…": "文件…",
+    "Choose a .gguf file": "选择 .gguf 文件",
+    "Folder…": "文件夹…",
+    "Choose a Hugging Face folder": "选择 Hugging Face 文件夹",
+    "Output .ternary file": "输出的 .ternary 文件",
+    "Output": "输出",
+    "Conversion progress": "转换进度",
+    "Conversion status": "转换状态",
+    "Convert": "转换",
+    "Start converting": "开始转换",
+    "Choose a model file": "选择模型文件",
+    "GGUF models (*.gguf)": "GGUF 模型 (*.gguf)",
+    "Choose an existing .gguf file or Hugging Face folder.": "请选择已存在的 .gguf 文件或 Hugging Face 文件夹。",
+    "The output must be a file name ending in .ternary.": "输出必须是以 .ternary 结尾的文件名。",
+    "Starting…": "正在开始…",
+    "Checking the source (sha256)": "正在校验源文件（sha256）",
+    "Converting": "正在转换",
+    "Done: %1 (%2, %3 tensors, %4 s). Weights unchanged (max error %5).":
+        "完成：%1（%2，%3 个张量，%4 秒）。权重未改变（最大误差 %5）。",
+    "Close": "关闭",
+    "Conversion failed: %1": "转换失败：%1",
+    "Conversion cancelled; no output file was left behind.": "转换已取消；未留下任何输出文件。",
 }
 
 

@@ -9,6 +9,113 @@
         </message>
     </context>
     <context>
+        <name>ConvertDialog</name>
+        <message>
+            <source>Convert to .ternary</source>
+            <translation>转换为 .ternary</translation>
+        </message>
+        <message>
+            <source>Convert a model</source>
+            <translation>转换模型</translation>
+        </message>
+        <message>
+            <source>Model to convert</source>
+            <translation>要转换的模型</translation>
+        </message>
+        <message>
+            <source>File…</source>
+            <translation>文件…</translation>
+        </message>
+        <message>
+            <source>Choose a .gguf file</source>
+            <translation>选择 .gguf 文件</translation>
+        </message>
+        <message>
+            <source>Folder…</source>
+            <translation>文件夹…</translation>
+        </message>
+        <message>
+            <source>Choose a Hugging Face folder</source>
+            <translation>选择 Hugging Face 文件夹</translation>
+        </message>
+        <message>
+            <source>Source</source>
+            <translation>来源</translation>
+        </message>
+        <message>
+            <source>Output .ternary file</source>
+            <translation>输出的 .ternary 文件</translation>
+        </message>
+        <message>
+            <source>Output</source>
+            <translation>输出</translation>
+        </message>
+        <message>
+            <source>Conversion progress</source>
+            <translation>转换进度</translation>
+        </message>
+        <message>
+            <source>Conversion status</source>
+            <translation>转换状态</translation>
+        </message>
+        <message>
+            <source>Convert</source>
+            <translation>转换</translation>
+        </message>
+        <message>
+            <source>Start converting</source>
+            <translation>开始转换</translation>
+        </message>
+        <message>
+            <source>Choose a model file</source>
+            <translation>选择模型文件</translation>
+        </message>
+        <message>
+            <source>GGUF models (*.gguf)</source>
+            <translation>GGUF 模型 (*.gguf)</translation>
+        </message>
+        <message>
+            <source>Choose an existing .gguf file or Hugging Face folder.</source>
+            <translation>请选择已存在的 .gguf 文件或 Hugging Face 文件夹。</translation>
+        </message>
+        <message>
+            <source>The output must be a file name ending in .ternary.</source>
+            <translation>输出必须是以 .ternary 结尾的文件名。</translation>
+        </message>
+        <message>
+            <source>Starting…</source>
+            <translation>正在开始…</translation>
+        </message>
+        <message>
+            <source>Checking the source (sha256)</source>
+            <translation>正在校验源文件（sha256）</translation>
+        </message>
+        <message>
+            <source>Converting</source>
+            <translation>正在转换</translation>
+        </message>
+        <message>
+            <source>Done: %1 (%2, %3 tensors, %4 s). Weights unchanged (max error %5).</source>
+            <translation>完成：%1（%2，%3 个张量，%4 秒）。权重未改变（最大误差 %5）。</translation>
+        </message>
+        <message>
+            <source>Close</source>
+            <translation>关闭</translation>
+        </message>
+        <message>
+            <source>Conversion failed: %1</source>
+            <translation>转换失败：%1</translation>
+        </message>
+        <message>
+            <source>Conversion cancelled; no output file was left behind.</source>
+            <translation>转换已取消；未留下任何输出文件。</translation>
+        </message>
+        <message>
+            <source>Cancelling…</source>
+            <translation>正在取消…</translation>
+        </message>
+    </context>
+    <context>
         <name>DocumentErrors</name>
         <message>
             <source>%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html.</source>

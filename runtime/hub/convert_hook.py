@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
+from runtime.hub.download import check_free_space
 from runtime.hub.errors import VerificationError
 from runtime.hub.store import InstalledFile, ModelStore
 from runtime.hub.verify import check_structure, sha256_file
@@ -33,6 +34,7 @@ def convert_installed(item: InstalledFile, store: ModelStore, *, cancel: threadi
     out_name = str(PurePosixPath(item.filename).with_suffix(".ternary"))
     tmp = store.paths.partial_dir / f"{PurePosixPath(item.filename).stem}.{item.sha256[:16]}.ternary"
     store.paths.partial_dir.mkdir(parents=True, exist_ok=True)
+    check_free_space(store.paths.partial_dir, item.size, f"converting {item.filename}")  # output ~ input size
     result = convert(item.path, tmp, progress=progress, cancel=(cancel.is_set if cancel is not None else None))
     if result.source_sha256 != item.sha256:
         tmp.unlink(missing_ok=True)

@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -255,6 +256,14 @@ class _RetryableError(Exception):
         self.rate_limited = rate_limited
 
 
+@dataclass
+class _Held:
+    """Bytes in the partial file and the running hash of exactly those bytes (mutated by attempts)."""
+
+    have: int
+    hasher: Any
+
+
 class _Restart(Exception):
     """The partial cannot be continued (server ignored/mismatched Range): start again from 0."""
 
@@ -357,11 +366,15 @@ class Transfer:
         except Exception:
             pass
 
-    def _watch_cancel(self, cancel: threading.Event, finished: threading.Event) -> None:
+    def _watch_cancel(self, cancel: threading.Event, finished: threading.Event,
+                      tick: Callable[[], None] | None = None) -> None:
+        """Abort the socket on cancel; while no data flows, ``tick`` keeps progress (speed -> 0) fresh."""
         while not finished.wait(0.05):
             if cancel.is_set():
                 self._abort_response()
                 return
+            if tick is not None:
+                tick()
 
     # -- HTTP ----------------------------------------------------------------------------------
     def _open(self, offset: int) -> requests.Response:
@@ -407,17 +420,27 @@ class Transfer:
         r = self.remote
         meter = _SpeedMeter()
         last_emit = [0.0]
+        latest = [0]  # bytes held now, also read by the watcher thread
+        report_lock = threading.Lock()
 
         def report(done: int, phase: str = "downloading", force: bool = False) -> None:
+            latest[0] = done
             if progress is None:
                 return
-            now = time.monotonic()
-            if not force and now - last_emit[0] < self.progress_interval_s:
-                return
-            last_emit[0] = now
-            speed = meter.add(now, done) if phase == "downloading" else 0.0
-            eta = (r.size - done) / speed if (r.size is not None and speed > 0) else None
-            progress(Progress(done, r.size, speed, eta, phase))
+            with report_lock:
+                now = time.monotonic()
+                if not force and now - last_emit[0] < self.progress_interval_s:
+                    return
+                last_emit[0] = now
+                speed = meter.add(now, done) if phase == "downloading" else 0.0
+                eta = (r.size - done) / speed if (r.size is not None and speed > 0) else None
+                progress(Progress(done, r.size, speed, eta, phase))
+
+        def tick() -> None:
+            # A stalled server sends nothing, so the reader cannot report: after 0.5 s of silence
+            # the watcher reports the bytes held (the last burst included) and a decaying speed.
+            if progress is not None and time.monotonic() - last_emit[0] > 0.5:
+                report(latest[0], force=True)
 
         if self.partial_path.exists() and not self._partial_matches():
             log.info("discarding partial %s: it belongs to different content", self.partial_path.name)
@@ -435,34 +458,34 @@ class Transfer:
         log.info("%s: %s from %s (%s of %s already here)", what, "resuming" if have else "starting",
                  r.url, format_bytes(have), format_bytes(r.size))
 
-        hasher = hashlib.sha256()
+        held = _Held(0, hashlib.sha256())
         if have:
-            have = self._hash_existing(hasher, cancel, report)
-        resumed_from = have
+            held.have = self._hash_existing(held.hasher, cancel, report)
+        resumed_from = held.have
         notes: list[str] = []
         failures = 0
         attempts = 0
-        high_water = have  # failures only reset when an attempt gets further than ever before
+        high_water = held.have  # failures only reset when an attempt gets further than ever before
         finished = threading.Event()
-        watcher = threading.Thread(target=self._watch_cancel, args=(cancel, finished), daemon=True,
+        watcher = threading.Thread(target=self._watch_cancel, args=(cancel, finished, tick), daemon=True,
                                    name=f"cancel-watch-{r.filename}")
         watcher.start()
         try:
             while True:
                 if cancel.is_set():
-                    raise DownloadCancelledError(f"{what}: cancelled; {format_bytes(have)} kept for resuming")
-                if r.size is not None and have == r.size and (have > 0 or attempts > 0):
+                    raise DownloadCancelledError(f"{what}: cancelled; {format_bytes(held.have)} kept for resuming")
+                if r.size is not None and held.have == r.size and (held.have > 0 or attempts > 0):
                     break  # the partial is already complete (e.g. crashed before verification)
                 attempts += 1
-                high_water = max(high_water, have)
+                high_water = max(high_water, held.have)
                 try:
-                    have, hasher = self._attempt(have, hasher, cancel, report, what)
+                    self._attempt(held, cancel, report, what)
                     break
                 except _Restart as exc:
                     notes.append(str(exc))
                     log.info("%s: %s; restarting from 0", what, exc)
                     self.partial_path.write_bytes(b"")
-                    have, hasher = 0, hashlib.sha256()
+                    held.have, held.hasher = 0, hashlib.sha256()
                     failures += 1
                     if failures >= self.retry.max_attempts:
                         raise ServerError(f"{what}: the server does not resume correctly ({exc})") from None
@@ -470,8 +493,12 @@ class Transfer:
                 except _RetryableError as exc:
                     if cancel.is_set():
                         raise DownloadCancelledError(
-                            f"{what}: cancelled; {format_bytes(have)} kept for resuming") from None
-                    have = self.partial_path.stat().st_size if self.partial_path.exists() else 0
+                            f"{what}: cancelled; {format_bytes(held.have)} kept for resuming") from None
+                    on_disk = self.partial_path.stat().st_size if self.partial_path.exists() else 0
+                    if on_disk != held.have:  # a write did not reach the disk: hash what is really there
+                        held.have, held.hasher = 0, hashlib.sha256()
+                        held.have = self._hash_existing(held.hasher, cancel, report) if on_disk else 0
+                    have = held.have
                     failures = 1 if have > high_water else failures + 1
                     if exc.rate_limited and exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after_s:
                         raise RateLimitedError(f"{what}: rate-limited by the hub (429); try again in "
@@ -493,11 +520,13 @@ class Transfer:
                             f"{what}: cancelled; {format_bytes(have)} kept for resuming") from None
         finally:
             finished.set()
-        report(have, "downloading", force=True)
-        return TransferResult(self.partial_path, have, hasher.hexdigest(), resumed_from, attempts, notes)
+        report(held.have, "downloading", force=True)
+        return TransferResult(self.partial_path, held.have, held.hasher.hexdigest(), resumed_from, attempts, notes)
 
-    def _attempt(self, have: int, hasher, cancel: threading.Event, report, what: str):
+    def _attempt(self, held: _Held, cancel: threading.Event, report, what: str) -> None:
+        """One HTTP request from ``held.have`` onwards; raises _RetryableError/_Restart/HubError."""
         r = self.remote
+        have = held.have
         try:
             resp = self._open(have)
         except requests.exceptions.RequestException as exc:
@@ -509,7 +538,7 @@ class Transfer:
             if status == 416:
                 m = re.match(r"bytes \*/(\d+)", resp.headers.get("Content-Range", ""))
                 if (r.size is not None and have == r.size) or (m and int(m.group(1)) == have):
-                    return have, hasher  # already complete (verification judges the size)
+                    return  # already complete (verification judges the size)
                 raise _Restart(f"server refused range bytes={have}- (416)")
             if status == 429:
                 raise _RetryableError("HTTP 429 rate-limited", parse_retry_after(resp.headers.get("Retry-After")),
@@ -525,7 +554,8 @@ class Transfer:
                 if have:
                     log.info("%s: server ignored Range; restarting from 0", what)
                     self.partial_path.write_bytes(b"")
-                    have, hasher = 0, hashlib.sha256()
+                    held.have, held.hasher = 0, hashlib.sha256()
+                    have = 0
                 length = resp.headers.get("Content-Length", "")
                 server_total = int(length) if length.isdigit() else None
             else:
@@ -559,8 +589,9 @@ class Transfer:
                             out.write(chunk)
                         except OSError as exc:
                             raise _disk_error(exc, what, self.partial_path) from None
-                        hasher.update(chunk)
-                        have += len(chunk)
+                        held.hasher.update(chunk)
+                        held.have += len(chunk)
+                        have = held.have
                         report(have)
                     out.flush()
                     os.fsync(out.fileno())
@@ -578,11 +609,10 @@ class Transfer:
                         raise _RetryableError(_describe_network_error(exc)) from None
                     raise
             if server_total is not None and have == server_total:
-                return have, hasher  # complete as far as the server is concerned; a size mismatch
-                # with the hub's metadata is then reported (and quarantined) by verification
+                return  # complete as far as the server is concerned; a size mismatch with the
+                # hub's metadata is then reported (and quarantined) by verification
             if r.size is not None and have < r.size:
                 raise _RetryableError(f"connection closed early at {have} of {server_total or r.size} bytes")
-            return have, hasher
         finally:
             with self._response_lock:
                 self._response = None

@@ -18,6 +18,7 @@ keyed by the expected sha256, so a transfer interrupted on one hub resumes from 
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ import requests
 from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel
 from runtime.hub.download import Progress, RemoteFile, RetryPolicy, Transfer
 from runtime.hub.errors import (
+    DownloadCancelledError,
     HubError,
     HubPinMismatchError,
     NetworkError,
@@ -121,7 +123,8 @@ class FetchResult:
 class ModelFetcher:
     def __init__(self, paths: HubPaths | None = None, settings: HubSettings | None = None,
                  tokens: TokenStore | None = None, retry: RetryPolicy | None = None,
-                 session: requests.Session | None = None, stall_timeout_s: float = 30.0) -> None:
+                 session: requests.Session | None = None, stall_timeout_s: float = 30.0,
+                 metadata_timeout_s: float = 60.0) -> None:
         self.paths = paths or HubPaths.resolve()
         self.settings = settings or HubSettings.load(self.paths)
         self.tokens = tokens or TokenStore()
@@ -129,6 +132,7 @@ class ModelFetcher:
         self.retry = retry
         self.session = session
         self.stall_timeout_s = stall_timeout_s
+        self.metadata_timeout_s = metadata_timeout_s
 
     def _hub(self, source: str):
         if source == "hf":
@@ -171,12 +175,17 @@ class ModelFetcher:
         notes: list[str] = []
         sources = self._sources(target, source)
         last_error: HubError | None = None
+        failures: list[tuple[str, HubError]] = []
         for i, src in enumerate(sources):
+            if cancel.is_set():
+                raise DownloadCancelledError(f"{target.label}: cancelled")
             repo = target.hf_repo if src == "hf" else target.ms_repo
             filename = target.filename if src == "hf" else (target.ms_filename or target.filename)
             revision = target.hf_revision if src == "hf" else target.ms_revision
             try:
-                remote = self._hub(src).resolve(repo, filename, revision)
+                hub = self._hub(src)
+                remote = _interruptible(functools.partial(hub.resolve, repo, filename, revision), cancel,
+                                        self.metadata_timeout_s, f"{_hub_name(src)} metadata for {target.label}")
                 self._check_pin(target, remote)
                 if existing is not None and existing.loadable and remote.sha256 and existing.sha256 == remote.sha256:
                     return FetchResult(existing, existing.record.get("source", src), already_installed=True, notes=notes)
@@ -188,6 +197,7 @@ class ModelFetcher:
             except FALLBACK_ERRORS as exc:
                 last_error = exc
                 if i + 1 < len(sources):
+                    failures.append((src, exc))
                     msg = f"{_hub_name(src)} failed ({exc}); trying {_hub_name(sources[i + 1])}"
                     log.warning("%s", msg)
                     notes.append(msg)
@@ -196,9 +206,8 @@ class ModelFetcher:
                 if i == 0:
                     raise
                 # every hub failed: say what happened on each, keep the last error's class
-                combined = type(exc)(" / ".join([*(n.split(" failed (", 1)[0] + ": " + n.split(" failed (", 1)[1]
-                                                   .rsplit("); trying", 1)[0] for n in notes), f"{_hub_name(src)}: {exc}"]))
-                raise combined from None
+                failures.append((src, exc))
+                raise type(exc)(" / ".join(f"{_hub_name(s)}: {e}" for s, e in failures)) from None
         assert last_error is not None
         raise last_error
 
@@ -240,6 +249,36 @@ class ModelFetcher:
         return FetchResult(installed, remote.source, resumed_from=result.resumed_from, notes=notes + result.notes)
 
 
+def _interruptible(fn: Callable[[], RemoteFile], cancel: threading.Event, timeout_s: float, what: str) -> RemoteFile:
+    """Run a metadata lookup so that cancel works and a silent server cannot hang us.
+
+    huggingface_hub's shared HTTP client has no timeout (``timeout=None``) and no cancel, and we do
+    not change that process-wide setting. The lookup runs in a daemon thread; on cancel or after
+    ``timeout_s`` we stop waiting (the thread ends when its socket does; it holds no file or lock).
+    """
+    box: dict[str, object] = {}
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=work, daemon=True, name="hub-metadata").start()
+    deadline = time.monotonic() + timeout_s
+    while not done.wait(0.05):
+        if cancel.is_set():
+            raise DownloadCancelledError(f"{what}: cancelled")
+        if time.monotonic() > deadline:
+            raise NetworkError(f"{what}: no answer within {timeout_s:.0f} s (network or proxy problem)")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]
+
+
 def _hub_name(source: str) -> str:
     return {"hf": "Hugging Face", "modelscope": "ModelScope"}.get(source, source)
 
@@ -248,3 +287,13 @@ def _sha_origin(target: Target, remote: RemoteFile) -> str:
     if target.pin_sha256 and remote.sha256 == target.pin_sha256.lower():
         return "catalog pin (hub agreed or gave none)"
     return "hub metadata" if remote.sha256 else "none (size and magic bytes only)"
+
+
+def fetch_model(spec: str, *, file: str | None = None, source: str | None = None,
+                home: str | None = None, cancel: threading.Event | None = None,
+                progress: Callable[[Progress], None] | None = None,
+                notice: Callable[[str], None] | None = None) -> FetchResult:
+    """One call for the GUI/CLI: resolve ``spec`` against the catalog and fetch it with saved settings."""
+    paths = HubPaths.resolve(home)
+    target = resolve_target(spec, Catalog.load(paths, with_memory=False), file)
+    return ModelFetcher(paths).fetch(target, source=source, cancel=cancel, progress=progress, notice=notice)

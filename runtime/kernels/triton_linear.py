@@ -105,14 +105,19 @@ def _gemv_kernel(
     w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
     part_ptr, cnt_ptr,
-    M, N, K, eps, norm_offset,
+    M, N, K, KW, NG, eps, norm_offset, MAGIC,
     G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
-    PREP: tl.constexpr = False, EVEN_K: tl.constexpr = False,
+    PREP: tl.constexpr = 0, EVEN_K: tl.constexpr = False,
 ):
-    """PREP: x was rewritten by ``_prep_x_kernel`` as fp32 ``xp[j, w] = x[16 w + j]`` (normalised if
-    asked), so the value every bit position j needs is one contiguous vector load, no convert."""
+    """PREP=1: x was rewritten by ``_prep_x_kernel`` as fp32 ``xp[j, w] = x[16 w + j]`` (normalised if
+    asked), so the value every bit position j needs is one contiguous vector load, no convert.
+    PREP=2: additionally ``xp[j, w]`` is pre-multiplied by ``4^-(j mod 11)`` and row 16 holds the
+    per-word sums of x; then a weight costs one LOP3 ((w & 3<<2j) | 2^23 bits), one FADD and one
+    FFMA: ``c * 4^j`` times ``x * 4^-j`` is exact, and ``-1`` is applied once per word via the sum.
+    KW = K/16 and NG = K/G are passed (not derived in-kernel) so Triton sees their divisibility
+    and vectorises the row loads."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -138,8 +143,8 @@ def _gemv_kernel(
     # loop is shift/LOP/FADD/FFMA per weight with no cross-thread traffic.
     acc2d = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
     acc2d2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
-    kw_total = K // 16
-    n_groups = K // G
+    kw_total = KW
+    n_groups = NG
     for kb in range(kb0, kb1):
         k0 = kb * BLOCK_K
         if T3:
@@ -155,24 +160,55 @@ def _gemv_kernel(
             else:
                 wmask = n_mask[:, None] & (wk[None, :] < kw_total)
             widx = offs_n[:, None] * kw_total + wk[None, :]
-            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
             t = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
             if DUAL:
                 words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
                 t2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
-            for j in tl.static_range(16):
-                if PREP:
+            if PREP == 2:
+                whi = words >> 22
+                if DUAL:
+                    whi2 = words2 >> 22
+                for j in tl.static_range(16):
                     if EVEN_K:
                         xj = tl.load(x_row + j * kw_total + wk)
                     else:
                         xj = tl.load(x_row + j * kw_total + wk, mask=wk < kw_total, other=0.0)
+                    # MAGIC (= 0x4B000000) arrives as an argument so it lives in a register and each
+                    # weight is one LOP3 with the bit mask as immediate (no per-weight constant MOV)
+                    if j < 11:
+                        cf = ((words & (3 << (2 * j))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                    else:
+                        cf = ((whi & (3 << (2 * (j - 11)))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                    t += cf * xj[None, :]
+                    if DUAL:
+                        if j < 11:
+                            cf2 = ((words2 & (3 << (2 * j))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                        else:
+                            cf2 = ((whi2 & (3 << (2 * (j - 11)))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                        t2 += cf2 * xj[None, :]
+                if EVEN_K:
+                    xs = tl.load(x_row + 16 * kw_total + wk)
                 else:
-                    xj = _load_x(x_row, nw_ptr, wk * 16 + j, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
-                cf = (((words >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c-1
-                t += cf * xj[None, :]
+                    xs = tl.load(x_row + 16 * kw_total + wk, mask=wk < kw_total, other=0.0)
+                t -= xs[None, :]
                 if DUAL:
-                    cf2 = (((words2 >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
-                    t2 += cf2 * xj[None, :]
+                    t2 -= xs[None, :]
+            else:
+                for j in tl.static_range(16):
+                    if PREP:
+                        if EVEN_K:
+                            xj = tl.load(x_row + j * kw_total + wk)
+                        else:
+                            xj = tl.load(x_row + j * kw_total + wk, mask=wk < kw_total, other=0.0)
+                    else:
+                        xj = _load_x(x_row, nw_ptr, wk * 16 + j, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+                    cf = (((words >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c-1
+                    t += cf * xj[None, :]
+                    if DUAL:
+                        cf2 = (((words2 >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
+                        t2 += cf2 * xj[None, :]
             sidx = offs_n[:, None] * n_groups + (wk[None, :] * 16) // G
             acc2d += t * tl.load(s_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
             if DUAL:
@@ -208,10 +244,38 @@ def _gemv_kernel(
 
 @triton.jit
 def _prep_x_kernel(x_ptr, stride_xm, nw_ptr, xp_ptr, K, eps, norm_offset, BLOCK: tl.constexpr,
-                   NORM: tl.constexpr, NORM_QWEN3: tl.constexpr):
-    """fp32 copy of one x row, permuted to ``xp[j * K/16 + w] = x[16 w + j]`` (and RMS-normalised)."""
+                   NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, SCALED: tl.constexpr = False):
+    """fp32 copy of one x row, permuted to ``xp[j * K/16 + w] = x[16 w + j]`` (and RMS-normalised).
+    SCALED: times ``4^-(j mod 11)``, plus a row ``xp[16 * K/16 + w] = sum_j x[16 w + j]``."""
     row = tl.program_id(0)
     x_row = x_ptr + row * stride_xm
+    if SCALED:
+        inv = 1.0
+        if NORM:
+            ss = tl.zeros([BLOCK // 16, 16], tl.float32)
+            for k0 in range(0, K, BLOCK):
+                kk = k0 + tl.arange(0, BLOCK // 16)[:, None] * 16 + tl.arange(0, 16)[None, :]
+                xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+                ss += xv * xv
+            inv = tl.rsqrt(tl.sum(tl.sum(ss, axis=1), axis=0) / K + eps)
+        kwn = K // 16
+        jj = tl.arange(0, 16)
+        e = tl.where(jj < 11, jj, jj - 11)
+        pw = ((127 - 2 * e) << 23).to(tl.float32, bitcast=True)  # 4^-e, exact
+        for k0 in range(0, K, BLOCK):
+            w = k0 // 16 + tl.arange(0, BLOCK // 16)
+            kk = w[:, None] * 16 + jj[None, :]
+            xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)
+            base = xp_ptr + row * (17 * kwn)
+            tl.store(base + jj[None, :] * kwn + w[:, None], xf * pw[None, :], mask=kk < K)
+            tl.store(base + 16 * kwn + w, tl.sum(xf, axis=1), mask=w < kwn)
+    else:
+        _prep_plain(x_row, nw_ptr, xp_ptr + row * K, K, eps, norm_offset, BLOCK, NORM, NORM_QWEN3)
+
+
+@triton.jit
+def _prep_plain(x_row, nw_ptr, xp_row, K, eps, norm_offset, BLOCK: tl.constexpr, NORM: tl.constexpr,
+                NORM_QWEN3: tl.constexpr):
     inv_rms = 1.0
     if NORM:
         ss = tl.zeros([BLOCK], tl.float32)
@@ -224,7 +288,7 @@ def _prep_x_kernel(x_ptr, stride_xm, nw_ptr, xp_ptr, K, eps, norm_offset, BLOCK:
     for k0 in range(0, K, BLOCK):
         kk = k0 + tl.arange(0, BLOCK)
         xf = _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
-        tl.store(xp_ptr + row * K + (kk % 16) * kw + kk // 16, xf, mask=kk < K)
+        tl.store(xp_row + (kk % 16) * kw + kk // 16, xf, mask=kk < K)
 
 
 @triton.jit
@@ -233,7 +297,7 @@ def _gemv_dot_kernel(
     w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
     part_ptr, cnt_ptr,
-    M, N, K, eps, norm_offset,
+    M, N, K, KW, NG, eps, norm_offset,
     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
     IEEE: tl.constexpr,
@@ -256,8 +320,8 @@ def _gemv_dot_kernel(
                          other=0.0).to(tl.float32)
             ss += xv * xv
         inv_rms = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
-    n_groups = K // G
-    kw_total = K // 16
+    n_groups = NG
+    kw_total = KW
     per_split = tl.cdiv(n_groups, SPLIT_K)
     g0 = pid_k * per_split
     g1 = tl.minimum(g0 + per_split, n_groups)
@@ -350,6 +414,8 @@ def _mm_kernel(x_ptr, stride_xm, w_ptr, s_ptr, r_ptr, stride_rm, y_ptr, stride_y
     offs_g = tl.arange(0, G)
     xdt = x_ptr.dtype.element_ty
     n_groups = K // G
+    sh = tl.arange(0, 16) * 2
+    wcol = tl.arange(0, G // 16)
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     for g in range(0, n_groups):
         kk = g * G + offs_g
@@ -357,10 +423,12 @@ def _mm_kernel(x_ptr, stride_xm, w_ptr, s_ptr, r_ptr, stride_rm, y_ptr, stride_y
         if T3:
             trit = tl.trans(_t3_codes(w_ptr, offs_n, n_mask, kk, K, G, NBG))  # [G, BLOCK_N]
             wt = (trit - 1.0).to(xdt)
-        else:
-            b = tl.load(w_ptr + offs_n[None, :] * (K // 4) + (kk // 4)[:, None], mask=n_mask[None, :], other=0)
-            c = (b.to(tl.int32) >> ((kk % 4) * 2)[:, None]) & 3
-            wt = (c - 1).to(xdt)
+        else:  # int32 words (16 weights) -> shift/mask -> magic float (c - 1), as in the mat-vec
+            widx = offs_n[:, None] * (K // 16) + (g * (G // 16) + wcol)[None, :]
+            words = tl.load(w_ptr + widx, mask=n_mask[:, None], other=0)
+            c = (words[:, :, None] >> sh[None, None, :]) & 3
+            wf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
+            wt = tl.trans(tl.reshape(wf, [BLOCK_N, G])).to(xdt)
         if IEEE:
             part = tl.dot(xt, wt, input_precision="ieee")
         else:
@@ -386,9 +454,12 @@ def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, G: tl.constexpr, T3: tl.constex
     mask = n_mask[:, None] & (kk < K)[None, :]
     if T3:
         tf = _t3_codes(w_ptr, offs_n, n_mask, kk, K, G, NBG) - 1.0
-    else:
-        b = tl.load(w_ptr + offs_n[:, None] * (K // 4) + (kk // 4)[None, :], mask=mask, other=0)
-        tf = (((b.to(tl.int32) >> ((kk % 4) * 2)[None, :]) & 3) - 1).to(tl.float32)
+    else:  # int32 words, decoded in registers and written as contiguous rows
+        wk = pid_k * (BLOCK_K // 16) + tl.arange(0, BLOCK_K // 16)
+        words = tl.load(w_ptr + offs_n[:, None] * (K // 16) + wk[None, :],
+                        mask=n_mask[:, None] & (wk[None, :] < K // 16), other=0)
+        c = (words[:, :, None] >> (tl.arange(0, 16) * 2)[None, None, :]) & 3
+        tf = tl.reshape((c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0, [BLOCK_N, BLOCK_K])
     sc = tl.load(s_ptr + offs_n[:, None] * (K // G) + (kk // G)[None, :], mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs_n[:, None] * K + kk[None, :], (tf * sc).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -402,6 +473,9 @@ _GEMV_CANDIDATES = [(8, 1024, 1, 4), (16, 1024, 1, 8), (8, 1024, 4, 4)]
 # prepared-x variant (one tiny permute/normalise launch first): ("xp", BLOCK_N, BLOCK_K, SPLIT_K, warps)
 _XP_CANDIDATES = [("xp", 8, 1024, 1, 4), ("xp", 16, 1024, 1, 8), ("xp", 16, 512, 1, 4), ("xp", 32, 512, 1, 8),
                   ("xp", 8, 1024, 4, 4), ("xp", 16, 1024, 4, 8)]
+# same with 4^-j pre-scaled x (3 instructions per weight); not yet timed on a GPU when written
+_X3_CANDIDATES = [("x3", 8, 1024, 1, 4), ("x3", 16, 1024, 1, 8), ("x3", 16, 512, 1, 4), ("x3", 32, 512, 1, 8),
+                  ("x3", 8, 1024, 4, 4), ("x3", 16, 1024, 4, 8)]
 # tensor-core mat-vec: ("dot", BLOCK_N, 0, SPLIT_K, num_warps); t2 only, any M <= 16
 _DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4), ("dot", 64, 0, 2, 4)]
 _INTERPRET_GEMV = (16, 64, 1, 4)
@@ -431,7 +505,8 @@ def dump_tuned() -> dict[str, object]:
 
 
 def _device_tuned_file() -> Path | None:
-    if INTERPRET or not torch.cuda.is_available():
+    """Shipped launch configs for this GPU model, unless ``TERNARY_KERNELS_RETUNE=1`` asks to measure."""
+    if INTERPRET or not torch.cuda.is_available() or os.environ.get("TERNARY_KERNELS_RETUNE") == "1":
         return None
     name = torch.cuda.get_device_name().lower().replace(" ", "-")
     p = TUNED_DIR / f"{name}.json"
@@ -517,17 +592,18 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
-def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=False):
-    if cfg[0] == "xp":
+def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=0):
+    if cfg[0] in ("xp", "x3"):
         if encoding != T2:
             raise ValueError("the prepared-x mat-vec handles t2 weights")
         m = x2.shape[0]
-        xp = torch.empty(m, k, dtype=torch.float32, device=x2.device)
+        scaled = cfg[0] == "x3"
+        xp = torch.empty(m, k + k // 16 if scaled else k, dtype=torch.float32, device=x2.device)
         _prep_x_kernel[(m,)](x2, x2.stride(0), nw if nw is not None else x2, xp, k, float(eps), float(norm_offset),
                              BLOCK=min(4096, triton.next_power_of_2(k)), NORM=nw is not None,
-                             NORM_QWEN3=norm_offset == 0.0, num_warps=4)
+                             NORM_QWEN3=norm_offset == 0.0, SCALED=scaled, num_warps=4)
         return _gemv_launch(xp, None, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual,
-                            tuple(cfg[1:]), prep=True)
+                            tuple(cfg[1:]), prep=2 if scaled else 1)
     if cfg[0] == "dot":
         if encoding != T2 or x2.shape[0] > 16:
             raise ValueError("the tensor-core mat-vec handles t2 weights and at most 16 rows")
@@ -547,7 +623,7 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         x2, x2.stride(0), nw if nw is not None else x2,
         wv, s, w2v, s2 if dual else s,
         r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
-        part, cnt, m, n, k, float(eps), float(norm_offset),
+        part, cnt, m, n, k, k // 16, k // g, float(eps), float(norm_offset), 0x4B000000,
         G=g, T3=t3, NBG=t3_bytes_per_group(g) if t3 else 1,
         BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk,
         NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
@@ -570,7 +646,7 @@ def _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, du
         x2, x2.stride(0), nw if nw is not None else x2,
         wv, s, w2v, s2 if dual else s,
         r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
-        part, cnt, m, n, k, float(eps), float(norm_offset),
+        part, cnt, m, n, k, k // 16, k // g, float(eps), float(norm_offset),
         G=g, BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=bn, SPLIT_K=sk,
         NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
         IEEE=x2.dtype == torch.float32, num_warps=warps,
@@ -594,7 +670,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         cands.append((bn, bk, sk, warps))
     if encoding == T2 and g >= 16:
         cands += [c for c in _DOT_CANDIDATES if c[3] <= k // g]
-        cands += [c for c in _XP_CANDIDATES if c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
+        cands += [c for c in _XP_CANDIDATES + _X3_CANDIDATES
+                  if c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
     if not cands:
         cands = [(16, 256, 1, 4)]
     if torch.cuda.is_current_stream_capturing():  # cannot measure inside a capture: safe default
@@ -685,7 +762,7 @@ def ternary_dequantize(codes: torch.Tensor, scales: torch.Tensor, group_size: in
     bk = max(bk, group_size) if encoding == T3 else bk
     t3 = encoding == T3
     grid = (triton.cdiv(n, bn), triton.cdiv(k, bk))
-    _dequant_kernel[grid](codes, scales, out, n, k, G=group_size, T3=t3,
+    _dequant_kernel[grid](codes if t3 else codes.view(torch.int32), scales, out, n, k, G=group_size, T3=t3,
                           NBG=t3_bytes_per_group(group_size) if t3 else 1, BLOCK_N=bn, BLOCK_K=bk)
     return out
 
@@ -719,7 +796,7 @@ def _mm_launch(x2, codes, scales, group_size, encoding, y2, r2, cfg) -> None:
     n, groups = scales.shape
     t3 = encoding == T3
     grid = (triton.cdiv(m, bm), triton.cdiv(n, bn))
-    _mm_kernel[grid](x2, x2.stride(0), codes, scales, r2 if r2 is not None else y2,
+    _mm_kernel[grid](x2, x2.stride(0), codes if t3 else codes.view(torch.int32), scales, r2 if r2 is not None else y2,
                      r2.stride(0) if r2 is not None else 0, y2, y2.stride(0), m, n, groups * group_size,
                      G=group_size, T3=t3, NBG=t3_bytes_per_group(group_size) if t3 else 1,
                      BLOCK_M=bm, BLOCK_N=bn, RESIDUAL=r2 is not None, IEEE=x2.dtype == torch.float32,

@@ -94,8 +94,13 @@ def make_sampling_params(temperature: float = 1.0, top_k: int = 0, top_p: float 
 
 
 def sample(logits: torch.Tensor, params: torch.Tensor, counts: torch.Tensor, rng: torch.Tensor,
-           out: torch.Tensor, *, candidate_cap: int = 1024, update_state: bool = True) -> torch.Tensor:
-    """Draw one token id into ``out`` (int64 ``[1]``) from ``logits [V]`` (see module docstring)."""
+           out: torch.Tensor, *, candidate_cap: int = 1024, update_state: bool = True,
+           greedy: bool = False) -> torch.Tensor:
+    """Draw one token id into ``out`` (int64 ``[1]``) from ``logits [V]`` (see module docstring).
+
+    ``greedy=True`` (a capture-time choice) skips the top-k machinery: penalties, then argmax -
+    about 10x cheaper at a 150k vocabulary; ``params`` temperature is then ignored.
+    """
     lg = logits.reshape(-1)
     v = lg.numel()
     if counts.numel() < v or counts.dtype != torch.int32:
@@ -108,6 +113,11 @@ def sample(logits: torch.Tensor, params: torch.Tensor, counts: torch.Tensor, rng
     scaled = torch.empty(v, dtype=torch.float32, device=lg.device)
     block = 1024
     _penalty_kernel[(triton.cdiv(v, block),)](lg, counts, params, scaled, v, BLOCK=block)
+    if greedy:
+        idx = torch.argmax(scaled, dim=0, keepdim=True)
+        _select_kernel[(1,)](scaled, idx, scaled, params, rng, counts, out, CAP=1, BLOCK=2,
+                             UPDATE=update_state, num_warps=1)
+        return out
     vals, idx = torch.topk(scaled, cap, sorted=True)
     lse = torch.logsumexp(scaled, dim=0, keepdim=True)
     _select_kernel[(1,)](vals, idx, lse, params, rng, counts, out, CAP=cap,

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelError
-from runtime.formats import codecs
-from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor
+from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor, t3_bytes_per_group
 from runtime.generation import CancelToken
 from runtime.kernels.linear import prepare_linear
 from runtime.kv_cache import KVCache
@@ -31,13 +31,15 @@ from runtime.model.rope import RotaryTables, apply_rope
 _OPTIONAL_BACKEND_MODULES = ("runtime.kernels.cpu_int4", "runtime.kernels.triton_linear")
 
 
-def register_optional_backends() -> None:
+def register_optional_backends(device: torch.device | None = None) -> None:
     """Import backend modules that exist so they add themselves to ``linear.BACKENDS``.
 
-    Missing modules (not written yet) or missing dependencies (no triton on CPU-only installs) are
-    fine: the reference backend always remains.
+    Missing modules or missing dependencies (no triton on CPU-only installs) are fine: the
+    reference backend always remains. For a CPU ``device`` the Triton module is not imported at all.
     """
     for name in _OPTIONAL_BACKEND_MODULES:
+        if device is not None and device.type == "cpu" and "triton" in name:
+            continue
         try:
             importlib.import_module(name)
         except ImportError:
@@ -79,6 +81,11 @@ class TernaryEmbedding(torch.nn.Module):
         self.encoding = t.encoding
         self.register_buffer("codes", t.codes.to(device), persistent=False)
         self.register_buffer("scales", t.scales.to(device), persistent=False)
+        # bit shifts as a device buffer: no host->device copy per call (CUDA-graph capturable)
+        self.register_buffer("shifts", torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=device),
+                             persistent=False)
+        self.register_buffer("pow3", torch.tensor([1, 3, 9, 27, 81], dtype=torch.int32, device=device),
+                             persistent=False)
 
     @property
     def nbytes(self) -> int:
@@ -88,9 +95,12 @@ class TernaryEmbedding(torch.nn.Module):
         codes = self.codes.index_select(0, ids)
         scales = self.scales.index_select(0, ids)
         if self.encoding == T2:
-            trits = codecs.unpack_t2(codes)
+            trits = ((codes.unsqueeze(-1) >> self.shifts) & 3).reshape(len(ids), self.cols)
         else:
-            trits = codecs.unpack_t3(codes, self.cols, self.group_size)
+            groups, nbg = self.cols // self.group_size, t3_bytes_per_group(self.group_size)
+            p = codes.to(torch.int32).reshape(len(ids), groups, nbg, 1)
+            trits = ((p // self.pow3) % 3).reshape(len(ids), groups, nbg * 5)[..., : self.group_size]
+            trits = trits.reshape(len(ids), self.cols)
         w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, self.group_size)
         w = w * scales.to(torch.float32).unsqueeze(-1)
         return w.reshape(len(ids), self.cols).to(dtype)
@@ -187,48 +197,72 @@ class Qwen3Model(torch.nn.Module):
 
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
-                 progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None) -> None:
+                 progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None,
+                 placement: Any = None) -> None:
+        """``placement`` (a :class:`runtime.offload.Placement`) puts layers / the embedding on other
+        devices (offload); without it everything lives on ``device``."""
         super().__init__()
         if config.arch != "qwen3":
             raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3 dense model")
+        if config.hadamard is not None:
+            raise UnsupportedModelError(
+                "this file needs the Bonsai 2 Hadamard rotation, which is only implemented for qwen35")
         self.config, self.device, self.dtype = config, device, dtype
         tensors = data.tensors
         missing = [n for n in _required_names(config) if n not in tensors]
         if missing:
             raise ModelFormatError(f"model is missing tensor {missing[0]!r} ({len(missing)} missing in total)")
-        register_optional_backends()
+        register_optional_backends(device)
 
-        def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
-            if isinstance(t, TernaryTensor):
-                return prepare_linear(t, device, backend)
-            return DenseLinear(t.data.to(device=device, dtype=dtype))
+        def make_for(dev: torch.device) -> Callable[[TernaryTensor | DenseTensor], torch.nn.Module]:
+            def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
+                if isinstance(t, TernaryTensor):
+                    return prepare_linear(t, dev, backend if dev.type == device.type else "auto")
+                return DenseLinear(t.data.to(device=dev, dtype=dtype))
+            return make
 
-        def norm(name: str) -> torch.Tensor:
-            t = tensors[name]
-            if not isinstance(t, DenseTensor):
-                raise ModelFormatError(f"norm weight {name!r} must be a dense tensor")
-            return t.data.to(device=device, dtype=dtype)
+        def norm_for(dev: torch.device) -> Callable[[str], torch.Tensor]:
+            def norm(name: str) -> torch.Tensor:
+                t = tensors[name]
+                if not isinstance(t, DenseTensor):
+                    raise ModelFormatError(f"norm weight {name!r} must be a dense tensor")
+                return t.data.to(device=dev, dtype=dtype)
+            return norm
+
+        norm = norm_for(device)
 
         embed = tensors["model.embed_tokens.weight"]
         if embed.shape[1] != config.hidden_size:
             raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {config.hidden_size}")
         self.vocab_size = embed.shape[0]
-        self.embed: torch.nn.Module = (TernaryEmbedding(embed, device) if isinstance(embed, TernaryTensor)
-                                       else DenseEmbedding(embed.data.to(device=device, dtype=dtype)))
+        emb_dev = placement.embedding_device() if placement is not None else device
+        self.embed: torch.nn.Module = (TernaryEmbedding(embed, emb_dev) if isinstance(embed, TernaryTensor)
+                                       else DenseEmbedding(embed.data.to(device=emb_dev, dtype=dtype)))
+        if placement is not None:
+            self.embed = placement.wrap_embedding(self.embed)
         blocks = []
         for i in range(config.num_layers):
             if cancel is not None and cancel.cancelled:
                 raise CancelledError("model loading was cancelled")
-            blocks.append(Qwen3Block(config, i, tensors, make, norm))
+            dev = placement.layer_device(i) if placement is not None else device
+            block: torch.nn.Module = Qwen3Block(config, i, tensors, make_for(dev), norm_for(dev))
+            if placement is not None:
+                block = placement.wrap_layer(i, block)
+            blocks.append(block)
             if progress is not None:
                 progress("preparing weights", (i + 1) / (config.num_layers + 1))
         self.layers = torch.nn.ModuleList(blocks)
         self.register_buffer("final_norm", norm("model.norm.weight"), persistent=False)
         self.tied = config.tie_word_embeddings
-        self.lm_head = make(embed if self.tied else tensors["lm_head.weight"])
+        head_dev = placement.lm_head_device() if placement is not None else device
+        self.lm_head = make_for(head_dev)(embed if self.tied else tensors["lm_head.weight"])
+        if placement is not None:
+            self.lm_head = placement.wrap_lm_head(self.lm_head)
         self.rope = RotaryTables(config, max_positions, device)
         self.cache = KVCache(config.num_layers, config.num_kv_heads, max_positions, config.head_dim,
                              kv_dtype or dtype, device)
+        if placement is not None:
+            placement.finish()
         if progress is not None:
             progress("preparing weights", 1.0)
 

@@ -60,6 +60,30 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight).to(x.dtype)
 
 
+def _residual_linear(mod: torch.nn.Module, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """``residual + mod(x)``; one launch when the backend fuses the residual add (Triton)."""
+    if getattr(mod, "backend", "") == "triton":
+        return mod(x, residual=residual)
+    return residual + mod(x)
+
+
+class _Norm(torch.nn.Module):
+    """Qwen3.5 RMSNorm with the offset already added to ``weight``; one Triton launch on CUDA."""
+
+    def __init__(self, weight: torch.Tensor, eps: float, fused: bool) -> None:
+        super().__init__()
+        self.eps, self.fused = eps, fused
+        self.register_buffer("weight", weight, persistent=False)
+        # the kernel computes x * rsqrt * (w + offset) in fp32: pass w - 1 with offset 1 (HF order)
+        self.register_buffer("weight_m1", weight - 1.0 if fused else None, persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            from runtime.kernels.triton_norm import rmsnorm
+            return rmsnorm(x, self.weight_m1, self.eps, weight_offset=1.0)
+        return rms_norm(x, self.weight, self.eps)
+
+
 class _Act:
     """One activation and, lazily, its rotation ``R(x)`` - shared by all matmuls that read it."""
 
@@ -131,7 +155,8 @@ class GatedDeltaNetBlock(torch.nn.Module):
     """Token mixer of a linear-attention layer (HF ``Qwen3_5GatedDeltaNet``)."""
 
     def __init__(self, config: ModelConfig, layer: int, slot: int, tensors: dict, make: Callable[..., torch.nn.Module],
-                 dense: Callable[[str], torch.Tensor], folded: set[str], use_fla: bool) -> None:
+                 dense: Callable[[str], torch.Tensor], folded: set[str], use_fla: bool,
+                 act_dtype: torch.dtype = torch.float32, fused: bool = False) -> None:
         super().__init__()
         p = f"model.layers.{layer}.linear_attn."
         self.slot = slot
@@ -140,6 +165,7 @@ class GatedDeltaNetBlock(torch.nn.Module):
         self.key_dim, self.value_dim = self.nk * self.dk, self.nv * self.dv
         self.eps = config.rms_norm_eps
         self.use_fla = use_fla
+        self.fused = fused  # Triton conv step / gates / gated norm (runtime.model.deltanet_triton)
         names = [p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"]
         self.in_proj = _Projections([tensors[n] for n in names], [n in folded for n in names], make)
         self.out_name = p + "out_proj.weight"
@@ -156,6 +182,7 @@ class GatedDeltaNetBlock(torch.nn.Module):
         self.register_buffer("A", a, persistent=False)
         self.register_buffer("dt_bias", dense(p + "dt_bias").to(torch.float32), persistent=False)
         self.register_buffer("norm", dense(p + "norm.weight").to(torch.float32), persistent=False)
+        self.register_buffer("norm_act", self.norm.to(act_dtype), persistent=False)
         hc = config.hadamard
         perm = None
         if self.out_folded and hc is not None and not hc.gdn_v_grouped and self.nk != self.nv:
@@ -163,22 +190,34 @@ class GatedDeltaNetBlock(torch.nn.Module):
             perm = v_head_permutation(self.nk, self.nv, self.dv, to_grouped=False).to(conv.device)
         self.register_buffer("out_perm", perm, persistent=False)
 
-    def forward(self, h: torch.Tensor, state: HybridState, rotation: HadamardRotation | None) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, state: HybridState, rotation: HadamardRotation | None,
+                residual: torch.Tensor) -> torch.Tensor:
+        """``residual + out_proj(mixer(h))``."""
         t = h.shape[0]
         qkv, z, b, a = self.in_proj(_Act(h, rotation))
-        mixed = deltanet.causal_conv1d(qkv, state.conv[self.slot], self.conv_weight)
+        if self.fused:
+            from runtime.model import deltanet_triton as dtk
+        if self.fused and t == 1:
+            mixed = dtk.conv_step(qkv, state.conv[self.slot], self.conv_weight)
+        else:
+            mixed = deltanet.causal_conv1d(qkv, state.conv[self.slot], self.conv_weight)
         q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(t, self.nk, self.dk)
         k = k.reshape(t, self.nk, self.dk)
         v = v.reshape(t, self.nv, self.dv)
-        beta = torch.sigmoid(b)
-        g = self.A * F.softplus(a.to(torch.float32) + self.dt_bias)
+        if self.fused:
+            g, beta = dtk.gates(a, b, self.A, self.dt_bias)
+        else:
+            beta = torch.sigmoid(b)
+            g = self.A * F.softplus(a.to(torch.float32) + self.dt_bias)
         o = deltanet.gated_delta_rule(q, k, v, g, beta, state.recurrent[self.slot], self.use_fla)
-        o = deltanet.gated_rms_norm(o.to(h.dtype), z.reshape(t, self.nv, self.dv), self.norm.to(h.dtype), self.eps)
+        norm_w = self.norm_act if self.norm_act.dtype == h.dtype else self.norm.to(h.dtype)
+        gated_norm = dtk.gated_rms_norm if self.fused else deltanet.gated_rms_norm
+        o = gated_norm(o.to(h.dtype), z.reshape(t, self.nv, self.dv), norm_w, self.eps)
         o = o.reshape(t, self.value_dim)
         if self.out_perm is not None:
             o = o.index_select(1, self.out_perm)
-        return self.out_proj(_Act(o, rotation).get(self.out_folded))
+        return _residual_linear(self.out_proj, _Act(o, rotation).get(self.out_folded), residual)
 
 
 class GatedAttentionBlock(torch.nn.Module):
@@ -207,7 +246,8 @@ class GatedAttentionBlock(torch.nn.Module):
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
                 cache: KVCache, kv_len: int | None, mask: torch.Tensor | None,
-                rotation: HadamardRotation | None) -> torch.Tensor:
+                rotation: HadamardRotation | None, residual: torch.Tensor) -> torch.Tensor:
+        """``residual + o_proj(attention(h))``."""
         t = h.shape[0]
         q, k, v = self.qkv(_Act(h, rotation))
         gate = None
@@ -228,37 +268,48 @@ class GatedAttentionBlock(torch.nn.Module):
         o = attn[0].transpose(0, 1).reshape(t, self.nh * self.hd)
         if gate is not None:
             o = o * torch.sigmoid(gate)
-        return self.o_proj(_Act(o, rotation).get(self.o_folded))
+        return _residual_linear(self.o_proj, _Act(o, rotation).get(self.o_folded), residual)
 
 
 class Qwen35Layer(torch.nn.Module):
     def __init__(self, config: ModelConfig, layer: int, mixer: torch.nn.Module, tensors: dict,
-                 make: Callable[..., torch.nn.Module], norm: Callable[[str], torch.Tensor], folded: set[str]) -> None:
+                 make: Callable[..., torch.nn.Module], norm: Callable[[str], torch.Tensor], folded: set[str],
+                 fused: bool = False) -> None:
         super().__init__()
         p = f"model.layers.{layer}."
         self.eps = config.rms_norm_eps
         self.mixer = mixer
         self.linear = isinstance(mixer, GatedDeltaNetBlock)
-        self.register_buffer("input_norm", norm(p + "input_layernorm.weight"), persistent=False)
-        self.register_buffer("post_norm", norm(p + "post_attention_layernorm.weight"), persistent=False)
+        self.input_norm = _Norm(norm(p + "input_layernorm.weight"), self.eps, fused)
+        self.post_norm = _Norm(norm(p + "post_attention_layernorm.weight"), self.eps, fused)
         names = [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
         self.gate_up = _Projections([tensors[n] for n in names], [n in folded for n in names], make)
         self.down_name = p + "mlp.down_proj.weight"
         self.down_folded = self.down_name in folded
         self.down_proj = make(tensors[self.down_name])
+        # decode: silu(gate) * up in the same launch as the matvec, when gate/up are one Triton matrix
+        only = self.gate_up.groups[0] if len(self.gate_up.groups) == 1 else None
+        self.swiglu = only.fused if fused and only is not None and getattr(only.fused, "backend", "") == "triton" \
+            else None
+        self.gate_up_folded = self.gate_up.group_folded[0]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
                 cache: KVCache, state: HybridState, kv_len: int | None, mask: torch.Tensor | None,
                 rotation: HadamardRotation | None) -> torch.Tensor:
-        h = rms_norm(x, self.input_norm, self.eps)
+        h = self.input_norm(x)
         if self.linear:
-            x = x + self.mixer(h, state, rotation)
+            x = self.mixer(h, state, rotation, x)
         else:
-            x = x + self.mixer(h, cos, sin, input_pos, cache, kv_len, mask, rotation)
-        h = rms_norm(x, self.post_norm, self.eps)
-        gate, up = self.gate_up(_Act(h, rotation))
-        m = F.silu(gate) * up
-        return x + self.down_proj(_Act(m, rotation).get(self.down_folded))
+            x = self.mixer(h, cos, sin, input_pos, cache, kv_len, mask, rotation, x)
+        act = _Act(self.post_norm(x), rotation)
+        if self.swiglu is not None and x.shape[0] <= 8:
+            from runtime.kernels.triton_linear import swiglu_matvec
+            sw = self.swiglu
+            m = swiglu_matvec(act.get(self.gate_up_folded), sw.codes, sw.scales, sw.group_size, sw.encoding)
+        else:
+            gate, up = self.gate_up(act)
+            m = F.silu(gate) * up
+        return _residual_linear(self.down_proj, _Act(m, rotation).get(self.down_folded), x)
 
 
 class Qwen35Model(torch.nn.Module):
@@ -268,7 +319,8 @@ class Qwen35Model(torch.nn.Module):
 
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
-                 progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None) -> None:
+                 progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None,
+                 fused_kernels: bool | None = None) -> None:
         super().__init__()
         if config.arch != ARCH:
             raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3.5-family hybrid")
@@ -323,6 +375,15 @@ class Qwen35Model(torch.nn.Module):
                                        else DenseEmbedding(embed.data.to(device=device, dtype=dtype)))
         self.embed_rotated = "model.embed_tokens.weight" in inverse
         use_fla = device.type == "cuda" and deltanet.fla_available()
+        # Triton RMSNorm / fused residual / SwiGLU epilogues: default on CUDA (fewer launches per step)
+        fused = device.type == "cuda" if fused_kernels is None else fused_kernels
+        if fused:
+            try:
+                import runtime.kernels.triton_norm  # noqa: F401
+                import runtime.model.deltanet_triton  # noqa: F401
+            except ImportError:
+                fused = False
+        self.fused_kernels = fused
         self.uses_fla = use_fla
         layers = []
         n_lin = n_full = 0
@@ -331,12 +392,12 @@ class Qwen35Model(torch.nn.Module):
                 raise CancelledError("model loading was cancelled")
             mixer: torch.nn.Module
             if kind == "linear_attention":
-                mixer = GatedDeltaNetBlock(config, i, n_lin, tensors, make, dense, folded, use_fla)
+                mixer = GatedDeltaNetBlock(config, i, n_lin, tensors, make, dense, folded, use_fla, dtype, fused)
                 n_lin += 1
             else:
                 mixer = GatedAttentionBlock(config, i, n_full, tensors, make, norm, folded)
                 n_full += 1
-            layers.append(Qwen35Layer(config, i, mixer, tensors, make, norm, folded))
+            layers.append(Qwen35Layer(config, i, mixer, tensors, make, norm, folded, fused))
             if progress is not None:
                 progress("preparing weights", (i + 1) / (config.num_layers + 1))
         self.layers = torch.nn.ModuleList(layers)

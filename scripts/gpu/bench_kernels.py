@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("TERNARY_KERNELS_RETUNE", "1")  # measure every candidate; don't trust shipped configs
 
 from runtime.kernels import reference_ops as ref  # noqa: E402
 from runtime.kernels import triton_linear as tlin  # noqa: E402
@@ -93,7 +94,7 @@ def copy_bandwidth() -> dict:
     ms_eager = sorted(ts)[5]
     ai = a.view(torch.int32)
     tot = torch.empty((), dtype=torch.int64, device=DEV)
-    ms_read = graph_time_ms([lambda: torch.sum(ai, dtype=torch.int64, out=tot)] * 5, reps=20) / 5
+    ms_read = graph_time_ms([lambda: torch.sum(ai, 0, dtype=torch.int64, out=tot)] * 5, reps=20) / 5
     res = {"copy_graph": 4 * n / (ms_graph * 1e-3) / 1e9, "copy_eager": 4 * n / (ms_eager * 1e-3) / 1e9,
            "read_only": 2 * n / (ms_read * 1e-3) / 1e9}
     res["roofline_GBps"] = max(res.values())
@@ -283,7 +284,10 @@ def bench_sampling(cfg) -> dict:
     counts = torch.zeros(v, dtype=torch.int32, device=DEV)
     rng = torch.tensor([1, 0], device=DEV)
     out = torch.zeros(1, dtype=torch.int64, device=DEV)
-    res = {"argmax_only_us": graph_time_ms([lambda: torch.argmax(lg, out=out[0])] * REP) * 1e3 / REP}
+    gp = make_sampling_params(0.0, device=DEV)
+    res = {"argmax_only_us": graph_time_ms([lambda: torch.argmax(lg, out=out[0])] * REP) * 1e3 / REP,
+           "greedy_fast_path_us": graph_time_ms([lambda: sample(lg, gp, counts, rng, out, greedy=True)] * REP)
+           * 1e3 / REP}
     for cap in (64, 256):
         p = make_sampling_params(0.7, 40, 0.9, 0.05, 1.1, device=DEV)
         res[f"cap{cap}_us"] = graph_time_ms([lambda p=p, cap=cap: sample(

@@ -211,3 +211,47 @@ def test_default_context_on_cpu_is_capped(tiny_pair):
     eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu")
     assert 256 <= eng.info.context_length <= eng.info.max_context
     assert eng.info.context_length % 256 == 0 or eng.info.context_length == eng.info.max_context
+
+
+def test_graph_decoder_path_matches_the_eager_path(tiny_pair):
+    """The CUDA-graph decode loop (run eagerly on the CPU here) gives the same tokens and stats."""
+    data = model_data_from_hf(tiny_pair[0])
+    eager = Engine.load(data, device="cpu", context_length=64)
+    graph = Engine.load(data, device="cpu", context_length=64, graph_decode=True)
+    for eng in (eager, graph):
+        eng.reset()
+    _, a = _run(eager, "The quick brown fox", max_new_tokens=20, **GREEDY)
+    _, b = _run(graph, "The quick brown fox", max_new_tokens=20, **GREEDY)
+    assert a.stats.token_ids == b.stats.token_ids and a.text == b.text
+    # context end and prefix reuse behave the same
+    _, a = _run(eager, "The quick brown fox", max_new_tokens=500, **GREEDY)
+    _, b = _run(graph, "The quick brown fox", max_new_tokens=500, **GREEDY)
+    assert a.stats.token_ids == b.stats.token_ids
+    assert a.stats.reused_prompt_tokens == b.stats.reused_prompt_tokens == a.stats.prompt_tokens - 1
+    sampled = dict(temperature=0.9, top_k=10, top_p=0.9, max_new_tokens=12, ignore_eos=True, seed=9)
+    _, c = _run(graph, "Hello", **sampled)
+    _, d = _run(graph, "Hello", **sampled)
+    assert c.stats.token_ids == d.stats.token_ids
+
+
+def test_dense_file_with_hadamard_metadata_is_refused(tiny_pair):
+    from runtime.errors import UnsupportedModelError
+    from runtime.model.config import HadamardConfig
+
+    data = model_data_from_hf(tiny_pair[0])
+    data.config.hadamard = HadamardConfig()
+    with pytest.raises(UnsupportedModelError, match="Hadamard"):
+        Engine.load(data, device="cpu", context_length=64)
+
+
+@pytest.mark.parametrize("encoding", ["t2", "t3"])
+def test_embedding_gathers_exact_rows(encoding):
+    import torch
+
+    from runtime.formats.codecs import quantize_ternary
+    from runtime.model.qwen3 import TernaryEmbedding
+
+    w = mf.random_ternary(50, 256, 128, torch.Generator().manual_seed(0), 0.1)
+    emb = TernaryEmbedding(quantize_ternary(w, 128, encoding=encoding)[0], torch.device("cpu"))
+    ids = torch.tensor([3, 0, 49, 3])
+    assert torch.equal(emb(ids, torch.float32), w[ids])

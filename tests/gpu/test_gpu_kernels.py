@@ -44,7 +44,8 @@ def test_gpu_matvec_shapes(n: int, k: int, dtype: torch.dtype) -> None:
     assert rel(y, expect) < TOL[dtype]
 
 
-@pytest.mark.parametrize("cfg", tlin._GEMV_CANDIDATES + tlin._DOT_CANDIDATES + tlin._XP_CANDIDATES)
+@pytest.mark.parametrize("cfg", tlin._GEMV_CANDIDATES + tlin._DOT_CANDIDATES + tlin._XP_CANDIDATES
+                         + tlin._X3_CANDIDATES)
 def test_gpu_matvec_every_config_batch(cfg: tuple) -> None:
     """Every candidate launch config (incl. split-K with in-kernel reduction) at batch 1..8."""
     n, k = 6144, 4096
@@ -178,6 +179,8 @@ def test_gpu_sampling_vocab() -> None:
     out = torch.zeros(1, dtype=torch.int64, device=DEV)
     greedy = make_sampling_params(temperature=0.0, device=DEV)
     sample(lg, greedy, counts, torch.tensor([1, 0], device=DEV), out)
+    assert int(out) == int(lg.argmax())
+    sample(lg, greedy, counts, torch.tensor([1, 0], device=DEV), out, greedy=True, update_state=False)
     assert int(out) == int(lg.argmax())
     params = make_sampling_params(temperature=0.7, top_k=40, top_p=0.9, min_p=0.01, repetition_penalty=1.1,
                                   device=DEV)

@@ -151,3 +151,20 @@ def test_gui_regenerate_and_edit_resend(qtbot, make_window):
     from PySide6.QtGui import QGuiApplication
 
     assert QGuiApplication.clipboard().text() == msgs[1].content
+
+
+def test_gui_corrupt_or_missing_model_is_explained_and_app_stays_usable(qtbot, make_window, tmp_path, tiny_model_path):
+    w = make_window(load=False)
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + bytes(range(256)) * 8)
+    with qtbot.waitSignal(w.worker.loadFailed, timeout=60_000):
+        w.handle_dropped(str(bad))  # dropping a model file imports it and loads it
+    assert w.banner.isVisible() and w.banner.text().startswith("Could not load the model:")
+    assert "broken.gguf" in w.banner.text() or "GGUF" in w.banner.text()
+    assert not w.model_info and not w.loading and not w.send_button.isEnabled()
+    with qtbot.waitSignal(w.worker.loadFailed, timeout=60_000):
+        w.load_model(str(tmp_path / "gone.ternary"))
+    assert "not found" in w.banner.text()
+    with qtbot.waitSignal(w.modelLoaded, timeout=60_000):
+        w.load_model(tiny_model_path)
+    assert w.send_button.isEnabled() and not w.banner.isVisible()

@@ -141,4 +141,18 @@ def test_gui_convert_hf_folder_to_ternary_and_load_it(qtbot, make_window, tiny_m
     assert out in [p for _label, p in w.available_models()]
     with qtbot.waitSignal(w.modelLoaded, timeout=60_000):
         w.load_model(out)
-    assert w.model_info["source_format"] == "ternary"
+    assert w.model_info["path"] == out and w.model_info["context_length"] == 512  # the converted file runs
+
+
+def test_gui_first_run_recommends_a_catalog_model_for_this_hardware(qtbot, make_window):
+    w = make_window(load=False)
+    assert w.stack.currentWidget() is w.welcome  # no model, no conversation: the first-run page
+    w.welcome.set_hardware(Hardware(gpu_name="RTX 4060", gpu_total_bytes=8 * GIB, gpu_free_bytes=7 * GIB,
+                                    ram_total_bytes=32 * GIB, ram_available_bytes=24 * GIB))
+    text = w.welcome.recommend_label.text()
+    assert text.startswith("Recommended for this computer: Ternary-Bonsai") and "on the GPU" in text
+    m, f = w.welcome.recommendation
+    assert f.min_vram_bytes <= 7 * GIB and w.welcome.start_button.isEnabled()
+    w.welcome.set_hardware(Hardware(ram_total_bytes=2 * GIB, ram_available_bytes=GIB // 4))
+    assert "None of the catalog models fits" in w.welcome.recommend_label.text()
+    assert not w.welcome.start_button.isEnabled()

@@ -38,10 +38,11 @@ class FakeFile:
     advertised_sha256: str | None = None  # what the metadata says (default: the real hash)
     advertised_size: int | None = None
     served: bytes | None = None  # what the CDN actually sends (default: content)
-    drop_after: int | None = None  # close the socket after this many body bytes ...
+    drop_after: int | list[int] | None = None  # close the socket after this many body bytes (list: per response) ...
     drop_times: int = 0  # ... this many times
     stall_after: int | None = None  # send this many bytes, then stall (until the server stops)
     ignore_range: bool = False
+    ignore_range_times: int = 0  # ignore Range on this many ranged requests, then honour it
     statuses: list[int] = field(default_factory=list)  # queued statuses for the CDN GET, popped one by one
     retry_after: str | None = None
     chunk_delay_s: float = 0.0
@@ -123,7 +124,12 @@ class _Base(BaseHTTPRequestHandler):
         start = 0
         rng = self.headers.get("Range")
         status = 200
-        if rng and not f.ignore_range:
+        ignore = f.ignore_range
+        if rng and f.ignore_range_times > 0:
+            with self.hub.lock:
+                f.ignore_range_times -= 1
+            ignore = True
+        if rng and not ignore:
             m = re.match(r"bytes=(\d+)-(\d*)$", rng)
             if m:
                 start = int(m.group(1))
@@ -151,7 +157,7 @@ class _Base(BaseHTTPRequestHandler):
         with self.hub.lock:
             if f.drop_after is not None and f.drop_times > 0:
                 f.drop_times -= 1
-                limit = f.drop_after
+                limit = f.drop_after.pop(0) if isinstance(f.drop_after, list) else f.drop_after
         stall = f.stall_after
         sent = 0
         piece = 16 * 1024
@@ -188,6 +194,8 @@ class _HubHandler(_Base):
     def do_POST(self) -> None:
         self._record("hub")
         body = self._drain()
+        if self.hub.api_delay_s:
+            self.hub.stop_event.wait(self.hub.api_delay_s)
         path = urlsplit(self.path).path
         m = re.match(r"^/api/models/([^/]+/[^/]+)/paths-info/([^/]+)$", path)
         if not m or not self.hub.hf_enabled:
@@ -284,6 +292,7 @@ class FakeHub:
         self.rate_limit_api: str | None = None
         self.ms_enabled = True
         self.hf_enabled = True
+        self.api_delay_s = 0.0  # paths-info answers this late (a silent server)
         hub = self
         self._hub_srv = _Server(("127.0.0.1", 0), type("H", (_HubHandler,), {"hub": hub}))
         self._cdn_srv = _Server(("127.0.0.1", 0), type("C", (_CdnHandler,), {"hub": hub}))

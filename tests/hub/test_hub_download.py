@@ -154,8 +154,12 @@ def test_dropped_connection_mid_stream_is_retried_and_resumed(hub, make_fetcher)
 
 def test_server_ignoring_range_restarts_cleanly(hub, make_fetcher):
     content = tiny_gguf(300_000, seed=7)
-    hub.add(REPO, FILE, content, drop_after=100_000, drop_times=1, ignore_range=True)
+    # first response cut at 150 kB; the retry's Range is ignored (200 from byte 0) and cut at 100 kB;
+    # the third request's Range is honoured. The partial must be truncated *and* its running hash
+    # restarted at the 200, or the final hash is wrong.
+    hub.add(REPO, FILE, content, drop_after=[150_000, 100_000], drop_times=2, ignore_range_times=1)
     result = make_fetcher("hf").fetch(target())
+    assert [r["headers"].get("range") for r in hub.seen("cdn")] == [None, "bytes=150000-", "bytes=100000-"]
     assert result.installed.path.read_bytes() == content
     assert result.installed.sha256 == hashlib.sha256(content).hexdigest()
 
@@ -220,12 +224,16 @@ def test_cancel_during_a_stalled_read_stops_within_one_second(hub, make_fetcher,
     content = tiny_gguf(600_000, seed=9)
     hub.add(REPO, FILE, content, stall_after=64 * 1024)
     cancel = threading.Event()
-    t, outcome = run_in_thread(make_fetcher("hf", stall_timeout_s=30).fetch, target(), cancel=cancel)
+    seen = []
+    t, outcome = run_in_thread(make_fetcher("hf", stall_timeout_s=30).fetch, target(), cancel=cancel,
+                               progress=seen.append)
     deadline = time.monotonic() + 10
     while not any(p.stat().st_size >= 32 * 1024 for p in paths.partial_dir.glob("*.part")):
         assert time.monotonic() < deadline, "no bytes arrived"
         time.sleep(0.02)
-    time.sleep(0.3)  # the server has stalled: the reader is now blocked in recv()
+    time.sleep(1.2)  # the server has stalled: the reader is now blocked in recv()
+    # while stalled, progress still arrives: all bytes held so far, speed falling
+    assert seen[-1].done == 64 * 1024 and seen[-1].speed_bps < max(p.speed_bps for p in seen)
     t0 = time.monotonic()
     cancel.set()
     t.join(5)
@@ -417,3 +425,52 @@ def test_resolve_target_from_catalog_and_repo_spec(paths):
         resolve_target("someone/else", catalog)
     with pytest.raises(NotFoundError, match="choose one of"):
         resolve_target("bonsai-8b", catalog, "Q4_K_M")
+
+
+def test_fetch_model_uses_saved_settings_and_user_catalog(hub, tmp_path):
+    from runtime.hub.catalog import Catalog
+    from runtime.hub.fetch import fetch_model
+    from runtime.hub.paths import HubPaths
+    from runtime.hub.settings import HubSettings
+
+    content = tiny_gguf(seed=50)
+    hub.add("me/custom", "c.gguf", content)
+    home = tmp_path / "home"
+    paths = HubPaths.resolve(home)
+    HubSettings(source="modelscope", hf_endpoint=hub.url, modelscope_endpoint=hub.url).save(paths)
+    Catalog.load(paths, with_memory=False).add_user_model(
+        model_id="custom", file="c.gguf", source="modelscope", repo="me/custom",
+        sha256=hashlib.sha256(content).hexdigest())
+    result = fetch_model("custom", home=str(home))
+    assert result.source == "modelscope" and result.installed.path.read_bytes() == content
+    assert result.installed.record["catalog_id"] == "custom"
+
+
+def test_transfer_cut_on_hugging_face_resumes_from_modelscope(hub, make_fetcher):
+    content = tiny_gguf(300_000, seed=51)
+    hub.add(REPO, FILE, content, drop_after=120_000, drop_times=1)
+    with pytest.raises(NetworkError):
+        make_fetcher("hf", retry=RetryPolicy(max_attempts=1)).fetch(target())
+    result = make_fetcher("modelscope").fetch(target())
+    assert result.source == "modelscope" and result.resumed_from == 120_000
+    assert result.installed.path.read_bytes() == content
+
+
+def test_cancel_and_timeout_while_waiting_for_metadata(hub, make_fetcher, paths):
+    hub.add(REPO, FILE, tiny_gguf(seed=52))
+    hub.api_delay_s = 30
+    cancel = threading.Event()
+    t, outcome = run_in_thread(make_fetcher("hf").fetch, target(), cancel=cancel)
+    deadline = time.monotonic() + 10
+    while not hub.seen("hub", "paths-info"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    cancel.set()
+    t.join(5)
+    assert time.monotonic() - t0 < 1.0 and isinstance(outcome.get("error"), DownloadCancelledError)
+    fetcher = make_fetcher("hf")
+    fetcher.metadata_timeout_s = 0.5
+    with pytest.raises(NetworkError, match="no answer within"):
+        fetcher.fetch(target())
+    assert_store_clean(paths)

@@ -152,3 +152,14 @@ def test_hybrid_matmul_rotation_equals_butterfly():
         assert torch.allclose(fly(x), mm(x), atol=1e-5)
         assert torch.allclose(fly.inverse(x), mm.inverse(x), atol=1e-5)
         assert torch.allclose(fly.inverse(fly(x)), x, atol=1e-5)
+
+
+def test_hybrid_bonsai2_name_rule():
+    from runtime.model.hadamard import refuse_if_rotated_without_metadata as refuse
+
+    for ok in ("Ternary-Bonsai-27B-PQ2_0.gguf", "synthetic-bonsai-27b-ptq1", "Ternary-Bonsai-8B", ""):
+        refuse(None, ok)
+    for bad in ("Ternary-Bonsai-2-27B-PTQ1_0.gguf", "Ternary Bonsai 2 9B", "prism-ml/Ternary-Bonsai-2-4B-gguf"):
+        with pytest.raises(UnsupportedModelError):
+            refuse(None, bad)
+    refuse(HadamardConfig(), "Ternary-Bonsai-2-27B-PTQ1_0.gguf")  # metadata present: fine

@@ -119,6 +119,11 @@ def test_kernels_sample_greedy_with_penalties() -> None:
     sample(lg, params, counts, rng, out, candidate_cap=64)
     assert int(out) == expect != int(lg.argmax())
     assert int(counts[expect]) == 1 and int(rng[1]) == 1  # device-side state advanced
+    counts[expect] = 0
+    fast = torch.full((1,), -1, dtype=torch.int64)
+    sample(lg, make_sampling_params(temperature=0.8, repetition_penalty=1.5, presence_penalty=0.5,
+                                    frequency_penalty=0.3), counts, rng, fast, greedy=True)
+    assert int(fast) == expect and int(counts[expect]) == 1 and int(rng[1]) == 2
 
 
 def test_kernels_sample_respects_truncation_and_distribution() -> None:

@@ -46,9 +46,9 @@ def test_kernels_matvec_matches_reference(enc: str, g: int, cfg: tuple | None) -
 
 @pytest.mark.parametrize("m", [2])
 @pytest.mark.parametrize("cfg", [("dot", 16, 0, 1, 4), ("dot", 16, 0, 3, 4), ("xp", 16, 64, 1, 4),
-                                 ("xp", 8, 128, 2, 4)])
+                                 ("xp", 8, 128, 2, 4), ("x3", 16, 64, 1, 4), ("x3", 8, 128, 2, 4)])
 def test_kernels_matvec_variants(m: int, cfg: tuple) -> None:
-    """tl.dot mat-vec and prepared-x mat-vec, incl. split-K, fused norm, SwiGLU and residual."""
+    """tl.dot, prepared-x and scaled-prepared-x mat-vecs, incl. split-K, fused norm, SwiGLU, residual."""
     n, k, g = 24, 320, 64  # K = 2.5 blocks of 128: the uneven-K masks are exercised
     codes, scales = make_weight(n, k, g, "t2", seed=21)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=22)

@@ -1,0 +1,245 @@
+"""Render screenshots of the app's main states into docs/screenshots/*.png (offscreen Qt).
+
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
+
+What is real and what is staged: the window, dialogs, hardware detection, catalog, gauges and the
+speed chart are the live app driven by the real engine with a tiny random test model (from
+tests/model_factory.py: its replies are noise, so the conversation shown is example history
+written into the history database first; the gauges show the numbers of real generations with
+the tiny model). Chinese text needs a CJK font: on Debian/Ubuntu ``apt-get install
+fonts-noto-cjk``; the script tells Qt to use Noto Sans CJK SC when it is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+EXAMPLE_EN = [
+    ("user", "How do ternary weights make a model smaller?", ""),
+    ("assistant", """Each weight is one of **-1, 0 or +1**, times a shared scale per group:
+
+| format | bits per weight | 8B model |
+|---|---|---|
+| FP16 | 16 | ~16 GB |
+| ternary (Q2_0) | ~2.1 | ~2.2 GB |
+
+The matrix multiply becomes additions and subtractions:
+
+```python
+y = scale * (x[w == 1].sum() - x[w == -1].sum())
+```
+
+- fewer bytes to read per token
+- the same architecture (Qwen3), so the chat template is unchanged
+""", "The user asks about memory. Compare FP16 with 2-bit packing, then show why the matmul gets cheaper."),
+]
+EXAMPLE_ZH = [
+    ("user", "用三句话解释什么是三值量化。", ""),
+    ("assistant", """**三值量化**把每个权重限制为 -1、0 或 +1，再乘以一组共享的缩放系数。
+
+1. 模型体积约为 FP16 的八分之一；
+2. 矩阵乘法主要变成加法和减法；
+3. 在普通显卡甚至 CPU 上也能流畅运行。
+""", "用户需要简短的中文解释：定义、体积、速度各一句。"),
+]
+
+
+def _cjk_font(app) -> str:
+    from PySide6.QtGui import QFont, QFontDatabase
+
+    families = QFontDatabase.families()
+    for fam in ("Noto Sans CJK SC", "Noto Sans SC", "WenQuanYi Micro Hei", "Source Han Sans SC"):
+        if fam in families:
+            base = "Noto Sans" if "Noto Sans" in families else app.font().family()
+            font = QFont(base, 10)
+            font.setFamilies([base, fam])
+            app.setFont(font)
+            return fam
+    print("warning: no CJK font found; Chinese text will not render (apt-get install fonts-noto-cjk)")
+    return ""
+
+
+def _wait(app, cond, timeout=120.0) -> None:
+    t0 = time.monotonic()
+    while not cond():
+        app.processEvents()
+        time.sleep(0.01)
+        if time.monotonic() - t0 > timeout:
+            raise TimeoutError("screenshot step timed out")
+    for _ in range(5):
+        app.processEvents()
+
+
+def _save(widget, path: Path, overlay=None) -> None:
+    from PySide6.QtGui import QColor, QPainter
+
+    pix = widget.grab()
+    if overlay is not None:
+        over = overlay.grab()
+        p = QPainter(pix)
+        p.fillRect(pix.rect(), QColor(0, 0, 0, 70))  # dim the window behind the modal dialog
+        x = (pix.width() - over.width()) // 2
+        y = (pix.height() - over.height()) // 2
+        p.drawPixmap(x, y, over)
+        p.end()
+    pix.save(str(path))
+    print("wrote", path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def _seed_history(store, examples, title: str, model: str) -> int:
+    c = store.create_conversation(title, model=model)
+    for role, content, thinking in examples:  # no stats: example text was not generated here
+        store.add_message(c.id, role, content, thinking=thinking)
+    return c.id
+
+
+def warm_up(app, w, settings, model_path: str, lengths) -> None:
+    """Real generations with the tiny model (in throw-away chats) so the gauges and chart hold real numbers."""
+    import dataclasses
+
+    import app.main_window as mw
+    from app.main_window import model_key
+    from app.settings_model import SamplingSettings
+
+    original = mw.generation_settings
+    mw.generation_settings = lambda s: dataclasses.replace(original(s), ignore_eos=True)  # random model: long replies
+    done: list[int] = []
+    w.generationFinished.connect(done.append)
+    try:
+        for i, n in enumerate(lengths):
+            settings.set_sampling(model_key(model_path), SamplingSettings(max_new_tokens=n, seed=i))
+            w.new_conversation()
+            w.send("warm-up")
+            _wait(app, lambda count=i + 1: len(done) >= count)
+            w.delete_conversation(w.conversation_id, confirm=False)
+    finally:
+        mw.generation_settings = original
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="ternary-chat-shots-"))
+    os.environ["TERNARY_CHAT_HOME"] = str(home)
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+    from PySide6.QtCore import QTranslator
+    from PySide6.QtWidgets import QApplication
+
+    from app.main import create_app, install_translation
+    from app.theme import apply_theme
+
+    app = create_app([sys.argv[0]], "en", "light")
+    _cjk_font(app)
+
+    import shutil
+
+    from app.history import HistoryStore
+    from app.main_window import MainWindow, model_key
+    from app.settings_model import AppSettings, SamplingSettings
+    from tests.model_factory import tiny_model_files
+
+    _cfg, _m, _t, folder = tiny_model_files(home / "tiny")
+    model_path = str(shutil.move(str(folder), str(home / "tiny-random-test-model")))
+
+    # 1. first run: nothing installed, no conversation
+    w = MainWindow(settings=AppSettings(), autoload=False)
+    w.resize(1280, 800)
+    w.show()
+    _wait(app, lambda: w.welcome.hardware is not None)
+    _save(w, out / "01-first-run.png")
+    w.close()
+
+    # 2. chatting with gauges (real generations with the tiny model fill the gauges and chart)
+    settings = AppSettings()
+    settings.hardware.device = "cpu"
+    settings.local_models = [model_path]
+    settings.set_sampling(model_key(model_path), SamplingSettings(max_new_tokens=24, seed=3))
+    w = MainWindow(settings=settings, autoload=False)
+    w.resize(1280, 800)
+    w.show()
+    w.load_model(model_path)
+    _wait(app, lambda: bool(w.model_info))
+    warm_up(app, w, settings, model_path, (24, 40, 16))
+    cid = _seed_history(w.store, EXAMPLE_EN, "Ternary weights explained", model_key(model_path))
+    w.refresh_conversations()
+    w.open_conversation(cid)
+    w.chat_view.widgets[-1].thinking_toggle.setChecked(True)
+    w.input.setPlainText("And what about the KV cache?")
+    _wait(app, lambda: True)
+    _save(w, out / "02-chat-gauges.png")
+
+    # 3. settings (hardware tab shows the cost of a manual context from the real plan)
+    from app.settings_dialog import SettingsDialog
+
+    dlg = SettingsDialog(w)
+    dlg.show()
+    dlg.fields["temperature"].edit.setText("2.5")  # refused inline, with the reason
+    _wait(app, lambda: True)
+    _save(dlg, out / "03-settings-sampling.png")
+    dlg.tabs.setCurrentIndex(1)
+    dlg.auto_context.setChecked(False)
+    dlg.fields["context_length"].edit.setText("384")
+    _wait(app, lambda: True)
+    _save(dlg, out / "04-settings-hardware.png")
+    dlg.reject()
+
+    # 4. model manager with the real catalog and this machine's hardware
+    from app.model_manager import ModelManagerDialog
+
+    mm = ModelManagerDialog(w)
+    mm.resize(980, 520)
+    mm.show()
+    _wait(app, lambda: True)
+    _save(mm, out / "05-model-manager.png")
+    mm.reject()
+
+    # 5. summarizing a dropped document (progress dialog over the window)
+    doc = home / "annual report.txt"
+    doc.write_text("\n\n".join(f"Section {i}. Revenue grew in every region; costs fell. " * 3 for i in range(40)),
+                   encoding="utf-8")
+    settings.set_sampling(model_key(model_path), SamplingSettings(max_new_tokens=8, seed=1))
+    w.summarize_file(str(doc))
+    _wait(app, lambda: w._summary_dialog is not None and w._summary_dialog.value() >= 2, timeout=300)
+    _save(w, out / "06-summarizing.png", overlay=w._summary_dialog)
+    w.stop()
+    _wait(app, lambda: w._summary_dialog is None, timeout=300)
+    w.close()
+
+    # 6. 简体中文, dark theme
+    install_translation(app, "zh_CN")
+    apply_theme("dark", app)
+    store = HistoryStore()
+    zh_id = _seed_history(store, EXAMPLE_ZH, "三值量化简介", model_key(model_path))
+    store.close()
+    settings.interface.language, settings.interface.theme = "zh_CN", "dark"
+    w = MainWindow(settings=settings, autoload=False)
+    w.resize(1280, 800)
+    w.show()
+    w.load_model(model_path)
+    _wait(app, lambda: bool(w.model_info))
+    warm_up(app, w, settings, model_path, (32, 20))
+    w.open_conversation(zh_id)
+    w.chat_view.widgets[-1].thinking_toggle.setChecked(True)
+    _wait(app, lambda: True)
+    _save(w, out / "07-chat-zh-dark.png")
+    w.close()
+    for tr in app.findChildren(QTranslator):
+        app.removeTranslator(tr)
+    QApplication.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
