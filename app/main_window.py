@@ -583,7 +583,9 @@ class MainWindow(QMainWindow):
         self._update_state()
         self.modelLoaded.emit(info)
 
-    def _on_load_failed(self, message: str) -> None:
+    def _on_load_failed(self, path: str, message: str) -> None:
+        if path != self.model_path:
+            return  # an older load that was replaced (and cancelled) by a newer one
         self.loading = False
         self._load_cancel = None
         self.model_info = {}
@@ -689,9 +691,11 @@ class MainWindow(QMainWindow):
     def _on_tokens(self, request_id: int, batch: list) -> None:
         if request_id != self._request_id or self._saver is None:
             return
+        widget = self._live_reply_widget()
         for channel, text in batch:
             self._saver.append(text, channel)
-            self._reply_widget.append(channel, text)
+            if widget is not None:
+                widget.append(channel, text)
         self.gauges.pieces_received(len(batch))
 
     def _on_notice(self, request_id: int, message: str) -> None:
@@ -702,8 +706,10 @@ class MainWindow(QMainWindow):
             return
         stats = result.get("stats") or {}
         self._saver.finish(result.get("text", self._saver.content), result.get("thinking", self._saver.thinking), stats)
-        self._reply_widget.set_text(self._saver.content, self._saver.thinking)
-        self._reply_widget.set_status(self._stats_text(stats))
+        widget = self._live_reply_widget()
+        if widget is not None:
+            widget.set_text(self._saver.content, self._saver.thinking)
+            widget.set_status(self._stats_text(stats))
         self.gauges.generation_done(stats)
         self._end_generation()
         self.status_label.setText(self.tr("Ready"))
@@ -714,12 +720,18 @@ class MainWindow(QMainWindow):
             return
         if self._saver is not None:
             self._saver.finish(stats={"finish_reason": "error", "error": message})
-            if self._reply_widget is not None:
-                self._reply_widget.set_status(self.tr("Error: %1").replace("%1", message))
+            widget = self._live_reply_widget()
+            if widget is not None:
+                widget.set_status(self.tr("Error: %1").replace("%1", message))
         self.gauges.generation_failed()
         self.show_error(self.tr("Generation failed: %1").replace("%1", message))
         self._end_generation()
         self.generationFinished.emit(request_id)
+
+    def _live_reply_widget(self) -> MessageWidget | None:
+        """The streaming reply's widget, unless the user switched conversation meanwhile."""
+        w = self._reply_widget
+        return w if w is not None and w in self.chat_view.widgets else None
 
     def _end_generation(self) -> None:
         self._cancel = None

@@ -90,7 +90,7 @@ class EngineWorker(QObject):
 
     loadProgress = Signal(str, float)
     loaded = Signal(dict)  # engine info + default settings
-    loadFailed = Signal(str)
+    loadFailed = Signal(str, str)  # path, message
     unloaded = Signal()
     tokens = Signal(int, list)  # request id, [(channel, text), ...]
     notice = Signal(int, str)
@@ -116,7 +116,7 @@ class EngineWorker(QObject):
             engine = self._loader(path, options, self.loadProgress.emit, cancel)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the user
             log.warning("model load failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
-            self.loadFailed.emit(readable_error(exc))
+            self.loadFailed.emit(path, readable_error(exc))
             return
         self.engine = engine
         info = as_dict(getattr(engine, "info", None))

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
-"$PY" -m pip install -q "pyinstaller>=6.10"
+"$PY" -m pip install -q "pyinstaller>=6.10"  # = the "packaging" extra
 start=$(date +%s)
 "$PY" -m PyInstaller --noconfirm --clean --log-level WARN \
   --distpath "$ROOT/dist" --workpath "$ROOT/build/pyinstaller" installers/pyinstaller/ternary-chat.spec

@@ -160,6 +160,12 @@ def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dt
             raise NotImplementedError("CPU-computed layers need the model's placement hook (see notes/to_engine.md)")
         for i in range(len(model.layers)):
             model.layers[i] = placement.wrap_layer(i, model.layers[i])
+        if plan.lm_head_device == "cpu":
+            from runtime.kernels.linear import prepare_linear
+            from runtime.offload import HostComputedLayer
+
+            t = md.tensors["model.embed_tokens.weight" if md.config.tie_word_embeddings else "lm_head.weight"]
+            model.lm_head = HostComputedLayer(prepare_linear(t, "cpu"), device, torch.float32)  # type: ignore[arg-type]
         if plan.embedding_device == "cpu":
             emb = model.embed
             for name, buf in list(emb._buffers.items()):
@@ -170,30 +176,14 @@ def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dt
         torch.cuda.empty_cache()
         notes.append("placement applied after loading (model has no placement hook): the load-time peak is "
                      "not representative; peaks below are measured after placement")
-    if device.type == "cuda" and type(model.embed).__name__ == "TernaryEmbedding" and model.embed.encoding == "t2":
-        model.embed = _DeviceShiftsEmbedding(model.embed)
-        notes.append("embedding gather wrapped with device-resident shift constants (graph-capturable)")
+    if device.type == "cuda" and not isinstance(model.embed, HostEmbedding):
+        from runtime.gpu_decode import DeviceTernaryGather, graph_safe_embedding
+
+        model.embed = graph_safe_embedding(model.embed)
+        if isinstance(model.embed, DeviceTernaryGather):
+            notes.append("embedding gather uses device-resident shift constants (graph-capturable)")
     graph_safe = placement.graph_safe if placement is not None else False
     return model, graph_safe, notes
-
-
-class _DeviceShiftsEmbedding(torch.nn.Module):
-    """The engine's packed-table gather with its bit shifts kept on the device: unpacking with a
-    CPU constant copies it to the GPU on every call, which CUDA-graph capture does not allow."""
-
-    def __init__(self, inner: torch.nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
-        self.register_buffer("shifts", torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=inner.codes.device),
-                             persistent=False)
-
-    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        e = self.inner
-        codes = e.codes.index_select(0, ids)
-        scales = e.scales.index_select(0, ids)
-        trits = ((codes.unsqueeze(-1) >> self.shifts) & 3).reshape(len(ids), -1)
-        w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, e.group_size) * scales.to(torch.float32).unsqueeze(-1)
-        return w.reshape(len(ids), e.cols).to(dtype)
 
 
 def _prefill(model: Any, ids: torch.Tensor, chunk: int) -> torch.Tensor:
@@ -209,7 +199,7 @@ def _prefill(model: Any, ids: torch.Tensor, chunk: int) -> torch.Tensor:
 def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int], gen: int, runs: int,
                max_vram: int | None = None) -> dict[str, Any]:
     """Cold start, then ``runs`` measured runs after one warm-up (graph capture happens there)."""
-    from runtime.gpu_decode import GraphDecoder, enforce_max_vram
+    from runtime.gpu_decode import GraphDecoder, enforce_max_vram, fused_qwen3_step
 
     res: dict[str, Any] = {}
     if device.type == "cuda":
@@ -222,12 +212,27 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
         res["memory_fraction"] = enforce_max_vram(max_vram, device)
     ids = torch.tensor(prompt, dtype=torch.long, device=device)
     settings = GenerationSettings(temperature=0.0, max_new_tokens=gen)
-    fwd = model.forward
-    dec = GraphDecoder(lambda t, p: fwd(t, p)[-1], model.vocab_size, device,
-                       use_graph=graph_safe and device.type == "cuda")
+    def fwd(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        return model.forward(t, p)[-1]
+
+    step, res["step"] = fwd, "engine forward"
     with torch.inference_mode():
+        logits = _prefill(model, ids, plan.prefill_chunk)
+        fused = fused_qwen3_step(model) if device.type == "cuda" else None
+        if fused is not None:
+            # self-check: the fused step must give the engine forward's logits for the next token
+            tok = torch.argmax(logits).reshape(1)
+            pos = torch.tensor([len(prompt)], device=device)
+            want, got = fwd(tok, pos), fused(tok, pos)
+            err = float((got - want).norm() / want.norm().clamp_min(1e-30))
+            res["fused_check_rel_err"] = err
+            if err < 5e-2:
+                step, res["step"] = fused, "fused triton step"
+            else:
+                notes.append(f"fused decode step disagrees with the engine forward (rel err {err:.3g}); not used")
+        dec = GraphDecoder(step, model.vocab_size, device, use_graph=graph_safe and device.type == "cuda")
         dec.configure(settings, prompt)
-        first = dec.sample_first(_prefill(model, ids, plan.prefill_chunk))
+        first = dec.sample_first(logits)
         res["cold_start_s"] = time.perf_counter() - t0
         ttft, pre, dtoks, token_lists = [], [], [], []
         for r in range(runs + 1):  # run 0 = warm-up (captures the graph), excluded
@@ -260,7 +265,7 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
         res["peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
         res["device_used_bytes"] = device_used_bytes(device.index or 0)
         torch.cuda.set_per_process_memory_fraction(1.0, device)
-    dec = model = fwd = None  # drop the graph and weights before the baseline loads  # noqa: F841
+    dec = model = step = fused = None  # drop the graph and weights before the baseline loads  # noqa: F841
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return res

@@ -285,12 +285,13 @@ class HostComputedLayer(torch.nn.Module):
     replaced by this layer's own host KV cache, and tensor results are copied back to ``device``.
     """
 
-    def __init__(self, block: torch.nn.Module, device: torch.device | str) -> None:
+    def __init__(self, block: torch.nn.Module, device: torch.device | str,
+                 compute_dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.block = block
         self.device = torch.device(device)
         floats = [t for t in list(block.buffers()) + list(block.parameters()) if t.is_floating_point()]
-        self.compute_dtype = floats[0].dtype if floats else torch.float32
+        self.compute_dtype = compute_dtype or (floats[0].dtype if floats else torch.float32)
         self._cache: _HostLayerCache | None = None
 
     def _host_cache(self, cache: Any) -> _HostLayerCache:
@@ -373,7 +374,7 @@ class Placement:
         return HostEmbedding(embed, self.device) if self.plan.embedding_device == "cpu" else embed
 
     def wrap_lm_head(self, head: torch.nn.Module) -> torch.nn.Module:
-        return HostComputedLayer(head, self.device) if self.plan.lm_head_device == "cpu" else head
+        return HostComputedLayer(head, self.device, torch.float32) if self.plan.lm_head_device == "cpu" else head
 
     def finish(self) -> None:
         if self.streamer is not None:

@@ -99,6 +99,14 @@ def prepare_files(args: argparse.Namespace) -> dict[str, Path]:
 
 
 def _peak_rss() -> int:
+    """This process's peak resident set (VmHWM; ru_maxrss would include the parent's peak on Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

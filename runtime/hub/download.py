@@ -407,13 +407,17 @@ class Transfer:
                 report(done, "checking partial", force=False)
         return done
 
-    def run(self, cancel: threading.Event | None = None,
-            progress: Callable[[Progress], None] | None = None) -> TransferResult:
+    def run(self, cancel: threading.Event | None = None, progress: Callable[[Progress], None] | None = None,
+            finalize: Callable[[TransferResult], Any] | None = None) -> Any:
+        """Transfer under the per-file lock; ``finalize(result)`` (verify + install) runs before the
+        lock is released, so a second download of the same file cannot touch the partial meanwhile.
+        Returns ``finalize``'s value, or the :class:`TransferResult` without one."""
         cancel = cancel or threading.Event()
         self.partial_dir.mkdir(parents=True, exist_ok=True)
         what = f"{self.remote.repo}/{self.remote.filename}" if self.remote.repo else self.remote.filename
         with PartialLock(self.lock_path, what):
-            return self._run_locked(cancel, progress, what)
+            result = self._run_locked(cancel, progress, what)
+            return finalize(result) if finalize is not None else result
 
     def _run_locked(self, cancel: threading.Event, progress: Callable[[Progress], None] | None,
                     what: str) -> TransferResult:

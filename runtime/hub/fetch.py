@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import requests
 
 from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel
-from runtime.hub.download import Progress, RemoteFile, RetryPolicy, Transfer
+from runtime.hub.download import Progress, RemoteFile, RetryPolicy, Transfer, TransferResult
 from runtime.hub.errors import (
     DownloadCancelledError,
     HubError,
@@ -219,7 +219,13 @@ class ModelFetcher:
         if self.session is not None:
             kwargs["session"] = self.session
         transfer = Transfer(remote, self.paths.partial_dir, stall_timeout_s=self.stall_timeout_s, **kwargs)
-        result = transfer.run(cancel, progress)
+        return transfer.run(cancel, progress, functools.partial(self._verify_and_install, target, remote, transfer,
+                                                                progress, notes))
+
+    def _verify_and_install(self, target: Target, remote: RemoteFile, transfer: Transfer,
+                            progress: Callable[[Progress], None] | None, notes: list[str],
+                            result: TransferResult) -> FetchResult:
+        """Runs while the partial's lock is held: verify, then install or quarantine."""
         if progress:
             progress(Progress(result.size, remote.size, 0.0, None, "verifying"))
         report = compare(result.path, actual_size=result.size, actual_sha256=result.sha256,

@@ -460,7 +460,10 @@ def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, G: tl.constexpr, T3: tl.constex
                         mask=n_mask[:, None] & (wk[None, :] < K // 16), other=0)
         c = (words[:, :, None] >> (tl.arange(0, 16) * 2)[None, None, :]) & 3
         tf = tl.reshape((c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0, [BLOCK_N, BLOCK_K])
-    sc = tl.load(s_ptr + offs_n[:, None] * (K // G) + (kk // G)[None, :], mask=mask, other=0.0).to(tl.float32)
+    if BLOCK_K == G:  # one scale per row in this block: a [BLOCK_N] load, not one gather per weight
+        sc = tl.load(s_ptr + offs_n * (K // G) + pid_k, mask=n_mask, other=0.0).to(tl.float32)[:, None]
+    else:
+        sc = tl.load(s_ptr + offs_n[:, None] * (K // G) + (kk // G)[None, :], mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs_n[:, None] * K + kk[None, :], (tf * sc).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -469,15 +472,20 @@ def _dequant_kernel(w_ptr, s_ptr, out_ptr, N, K, G: tl.constexpr, T3: tl.constex
 # ---------------------------------------------------------------------------------------------
 
 # (BLOCK_N, BLOCK_K, SPLIT_K, num_warps)
-_GEMV_CANDIDATES = [(8, 1024, 1, 4), (16, 1024, 1, 8), (8, 1024, 4, 4)]
+_GEMV_CANDIDATES = [(8, 1024, 1, 4), (8, 1024, 4, 4)]
 # prepared-x variant (one tiny permute/normalise launch first): ("xp", BLOCK_N, BLOCK_K, SPLIT_K, warps)
-_XP_CANDIDATES = [("xp", 8, 1024, 1, 4), ("xp", 16, 1024, 1, 8), ("xp", 16, 512, 1, 4), ("xp", 32, 512, 1, 8),
-                  ("xp", 8, 1024, 4, 4), ("xp", 16, 1024, 4, 8)]
+_XP_CANDIDATES = [("xp", 8, 1024, 1, 4), ("xp", 16, 1024, 1, 8), ("xp", 16, 512, 1, 4)]
 # same with 4^-j pre-scaled x (3 instructions per weight); not yet timed on a GPU when written
+# (long BLOCK_K: a 4096-wide row is one iteration, so no program waits on its own next load)
 _X3_CANDIDATES = [("x3", 8, 1024, 1, 4), ("x3", 16, 1024, 1, 8), ("x3", 16, 512, 1, 4), ("x3", 32, 512, 1, 8),
-                  ("x3", 8, 1024, 4, 4), ("x3", 16, 1024, 4, 8)]
+                  ("x3", 8, 1024, 4, 4), ("x3", 16, 1024, 4, 8), ("x3", 4, 4096, 1, 4), ("x3", 8, 4096, 1, 8),
+                  ("x3", 8, 2048, 1, 4)]
 # tensor-core mat-vec: ("dot", BLOCK_N, 0, SPLIT_K, num_warps); t2 only, any M <= 16
-_DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4), ("dot", 64, 0, 2, 4)]
+_DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4)]
+# default tuning set (each candidate costs a compile on a machine's first run); TERNARY_KERNELS_TUNE=full
+# (the bench) times every candidate above
+_QUICK_GEMV = [(8, 1024, 1, 4), ("xp", 8, 1024, 1, 4), ("xp", 16, 512, 1, 4), ("x3", 8, 1024, 1, 4),
+               ("x3", 4, 4096, 1, 4), ("dot", 128, 0, 1, 4)]
 _INTERPRET_GEMV = (16, 64, 1, 4)
 _MM_CANDIDATES = [(64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8)]  # (BLOCK_M, BLOCK_N, warps)
 
@@ -672,6 +680,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         cands += [c for c in _DOT_CANDIDATES if c[3] <= k // g]
         cands += [c for c in _XP_CANDIDATES + _X3_CANDIDATES
                   if c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
+    if os.environ.get("TERNARY_KERNELS_TUNE") != "full":
+        cands = [c for c in cands if c in _QUICK_GEMV] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
     if torch.cuda.is_current_stream_capturing():  # cannot measure inside a capture: safe default
@@ -758,8 +768,7 @@ def ternary_dequantize(codes: torch.Tensor, scales: torch.Tensor, group_size: in
     _check(torch.empty(0, k, device="meta"), codes, scales, group_size, encoding)
     if out is None:
         out = torch.empty(n, k, dtype=dtype, device=codes.device)
-    bn, bk = (16, 64) if INTERPRET else (32, 256)
-    bk = max(bk, group_size) if encoding == T3 else bk
+    bn, bk = (16, group_size) if INTERPRET else (64 if group_size <= 128 else 32, group_size)
     t3 = encoding == T3
     grid = (triton.cdiv(n, bn), triton.cdiv(k, bk))
     _dequant_kernel[grid](codes if t3 else codes.view(torch.int32), scales, out, n, k, G=group_size, T3=t3,

@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-os.environ.setdefault("TERNARY_KERNELS_RETUNE", "1")  # measure every candidate; don't trust shipped configs
+os.environ.setdefault("TERNARY_KERNELS_RETUNE", "1")  # don't trust shipped configs: measure again
+os.environ.setdefault("TERNARY_KERNELS_TUNE", "full")  # ... over every candidate, not the quick set
 
 from runtime.kernels import reference_ops as ref  # noqa: E402
 from runtime.kernels import triton_linear as tlin  # noqa: E402

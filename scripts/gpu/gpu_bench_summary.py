@@ -1,3 +1,4 @@
+# ruff: noqa: B023  (row() calls each lambda immediately, inside the loop)
 """Collect the JSON results of scripts/gpu/run_gpu_bench.sh into the tables of docs/benchmarks.md.
 
 Usage: gpu_bench_summary.py RESULTS_DIR  (bench_*.json, offload_*.json, mem_*.json, llama_*.json)
@@ -38,6 +39,13 @@ def _ts(row: dict | None) -> str:
     return f"{row['avg_ts']:.0f}" if row else "n/a"
 
 
+def row(fn, what: str) -> None:
+    try:
+        fn()
+    except Exception as exc:  # a stage that ran but produced an unexpected result: show, go on
+        print(f"| {what} | {type(exc).__name__}: {exc} |")
+
+
 def main() -> int:
     d = Path(sys.argv[1])
     print("| model | ours decode tok/s | % roofline | bf16 eager decode | ours/bf16 | llama.cpp decode | ours prefill tok/s | llama.cpp prefill | warm TTFT ms | cold start s | peak alloc / (weights+KV) |")
@@ -51,10 +59,10 @@ def main() -> int:
         o, b = r["ours"], r.get("bf16", {})
         full_tokens[name] = o["tokens"]
         lp, lt = llama_numbers(d, name)
-        print(f"| {name} | {o['decode_tok_s']:.0f} | {o.get('fraction_of_roofline', 0) * 100:.0f}% of {r['roofline_tok_s']:.0f} "
+        row(lambda: print(f"| {name} | {o['decode_tok_s']:.0f} | {o.get('fraction_of_roofline', 0) * 100:.0f}% of {r['roofline_tok_s']:.0f} "
               f"| {b.get('decode_tok_s', float('nan')):.1f} | {o.get('speedup_vs_bf16', float('nan')):.1f}x | {lt} "
               f"| {o['prefill_tok_s']:.0f} | {lp} | {o['ttft_s'] * 1e3:.1f} | {o['cold_start_s']:.2f} "
-              f"| {o['peak_vs_weights_plus_kv']:.3f} |")
+              f"| {o['peak_vs_weights_plus_kv']:.3f} |"), name)
     print()
     print("| run | plan (GPU/CPU layers, mode, emb) | ctx | decode tok/s | peak alloc | device used | output identical to full-GPU |")
     print("|---|---|---|---|---|---|---|")
@@ -66,9 +74,9 @@ def main() -> int:
         o, pl = r["ours"], r["plan"]
         ref = full_tokens.get(r["model"].replace("synthetic-", ""), [])
         same = o["tokens"] == ref[: len(o["tokens"])] if ref else "n/a"
-        print(f"| {p.stem} (max-vram {gib(r['max_vram'])}) | {pl['layers_on_gpu']}/{pl['layers_on_cpu']} {pl['offload_mode']} "
+        row(lambda: print(f"| {p.stem} (max-vram {gib(r['max_vram'])}) | {pl['layers_on_gpu']}/{pl['layers_on_cpu']} {pl['offload_mode']} "
               f"emb={pl['embedding_device']} | {pl['context_length']} | {o['decode_tok_s']:.1f} | {gib(o['peak_allocated_bytes'])} "
-              f"| {gib(o.get('device_used_bytes'))} | {same} |")
+              f"| {gib(o.get('device_used_bytes'))} | {same} |"), p.stem)
     print()
     print("| ctx | predicted alloc | measured max_memory_allocated | ratio | predicted incl. context | device used (NVML) | ratio |")
     print("|---|---|---|---|---|---|---|")
@@ -80,9 +88,9 @@ def main() -> int:
         o = r["ours"]
         used = o.get("device_used_bytes") or 0
         base = r.get("device_used_before_bytes") or 0
-        print(f"| {r['ctx']} | {gib(r['predicted_allocated_bytes'])} | {gib(o['peak_allocated_bytes'])} "
+        row(lambda: print(f"| {r['ctx']} | {gib(r['predicted_allocated_bytes'])} | {gib(o['peak_allocated_bytes'])} "
               f"| {o['peak_allocated_bytes'] / r['predicted_allocated_bytes']:.3f} | {gib(r['predicted_total_bytes'])} "
-              f"| {gib(used - base)} | {(used - base) / r['predicted_total_bytes']:.3f} |")
+              f"| {gib(used - base)} | {(used - base) / r['predicted_total_bytes']:.3f} |"), p.stem)
     return 0
 
 

@@ -151,11 +151,13 @@ def synthetic_model(vocab: int, hidden: int, ffn: int, layers: int, seed: int = 
     cfg = ModelConfig(arch="qwen3", vocab_size=vocab, hidden_size=hidden, intermediate_size=ffn, num_layers=layers,
                       num_heads=hidden // 128, num_kv_heads=max(1, hidden // 256), head_dim=128)
     g = torch.Generator().manual_seed(seed)
+    # the 81 t2 bytes whose four codes are all in 0..2 (fast random ternary without unpacking)
+    lut = codecs.pack_t2(torch.cartesian_prod(*[torch.arange(3, dtype=torch.uint8)] * 4)).reshape(81)
     tensors = {}
     for name, shape in get_arch("qwen3").expected_shapes(cfg).items():
         if len(shape) == 2:
             rows, cols = shape
-            codes = codecs.pack_t2(torch.randint(0, 3, (rows, cols), dtype=torch.uint8, generator=g))
+            codes = lut[torch.randint(0, 81, (rows, cols // 4), generator=g)]
             scales = (torch.rand(rows, cols // 128, generator=g) + 0.5).to(torch.float16)
             tensors[name] = TernaryTensor((rows, cols), 128, codes, scales)
         else:

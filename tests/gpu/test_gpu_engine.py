@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode import GraphDecoder, enforce_max_vram
+from runtime.gpu_decode import GraphDecoder, enforce_max_vram, fused_qwen3_step, graph_safe_embedding
 from runtime.model.qwen3 import Qwen3Model
 from runtime.offload import LayerStreamer
 from tests import model_factory as mf
@@ -45,9 +45,13 @@ def greedy_eager(model: Qwen3Model, device: torch.device, n: int = GEN) -> list[
     return out
 
 
-def greedy_graph(model: Qwen3Model, n: int = GEN, settings: GenerationSettings | None = None) -> tuple[list[int], GraphDecoder]:
+def greedy_graph(model: Qwen3Model, n: int = GEN, settings: GenerationSettings | None = None,
+                 fused: bool = False) -> tuple[list[int], GraphDecoder]:
     ids = torch.tensor(PROMPT, device=DEV)
-    dec = GraphDecoder(lambda t, p: model.forward(t, p)[-1], model.vocab_size, DEV)
+    model.embed = graph_safe_embedding(model.embed)
+    step = fused_qwen3_step(model) if fused else (lambda t, p: model.forward(t, p)[-1])
+    assert step is not None
+    dec = GraphDecoder(step, model.vocab_size, DEV)
     with torch.inference_mode():
         dec.configure(settings or GenerationSettings(temperature=0.0), PROMPT)
         first = dec.sample_first(model.forward(ids, torch.arange(len(PROMPT), device=DEV), last_only=True)[-1])
@@ -60,9 +64,31 @@ def test_graph_decode_matches_cpu_greedy(tiny):
     gpu_model = Qwen3Model.from_model_data(md, DEV, dtype=torch.float32, max_positions=128)
     eager = greedy_eager(gpu_model, DEV)
     graph, dec = greedy_graph(gpu_model)
-    assert dec.use_graph and dec.graph_replays == GEN - 1
+    assert dec.use_graph and dec.graph_replays == GEN - 1, dec.fallback_reason
+    fused, dec = greedy_graph(gpu_model, fused=True)
+    assert dec.use_graph and dec.graph_replays == GEN - 1, dec.fallback_reason
     assert eager == cpu
     assert graph == cpu
+    assert fused == cpu
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_fused_step_matches_engine_forward(tiny, dtype, tol):
+    _, md = tiny
+    a = Qwen3Model.from_model_data(md, DEV, dtype=dtype, max_positions=128)
+    b = Qwen3Model.from_model_data(md, DEV, dtype=dtype, max_positions=128)
+    ids = torch.tensor(PROMPT, device=DEV)
+    with torch.inference_mode():
+        for m in (a, b):
+            m.forward(ids, torch.arange(len(PROMPT), device=DEV), kv_len=len(PROMPT))
+        step = fused_qwen3_step(a)
+        assert step is not None
+        for i, tok in enumerate([7, 250, 3]):
+            t, p = torch.tensor([tok], device=DEV), torch.tensor([len(PROMPT) + i], device=DEV)
+            got, want = step(t, p), b.forward(t, p)[-1]
+            assert rel(got, want) < tol, (i, rel(got, want))
+        torch.testing.assert_close(a.cache.k[:, :, : len(PROMPT) + 3].float(), b.cache.k[:, :, : len(PROMPT) + 3].float(),
+                                   atol=tol * 10, rtol=tol * 10)
 
 
 def test_gpu_logits_match_transformers(tiny):
@@ -88,8 +114,12 @@ def test_streamed_offload_in_graph_gives_identical_tokens(tiny):
     streamer.finish()
     assert len(streamer.slots) == 2 and not streamer.resident
     got, dec = greedy_graph(model)
-    assert dec.use_graph
+    assert dec.use_graph, dec.fallback_reason
     assert got == ref
+    fused_ref, _ = greedy_graph(Qwen3Model.from_model_data(md, DEV, dtype=torch.bfloat16, max_positions=128), fused=True)
+    fused_got, dec = greedy_graph(model, fused=True)
+    assert dec.use_graph, dec.fallback_reason
+    assert fused_got == fused_ref
 
 
 def test_sampling_in_graph_is_seeded_and_valid(tiny):

@@ -157,14 +157,27 @@ def test_gui_corrupt_or_missing_model_is_explained_and_app_stays_usable(qtbot, m
     w = make_window(load=False)
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + bytes(range(256)) * 8)
-    with qtbot.waitSignal(w.worker.loadFailed, timeout=60_000):
-        w.handle_dropped(str(bad))  # dropping a model file imports it and loads it
+    w.handle_dropped(str(bad))  # dropping a model file imports it and loads it
+    qtbot.waitUntil(lambda: not w.loading, timeout=60_000)
     assert w.banner.isVisible() and w.banner.text().startswith("Could not load the model:")
     assert "broken.gguf" in w.banner.text() or "GGUF" in w.banner.text()
     assert not w.model_info and not w.loading and not w.send_button.isEnabled()
-    with qtbot.waitSignal(w.worker.loadFailed, timeout=60_000):
-        w.load_model(str(tmp_path / "gone.ternary"))
-    assert "not found" in w.banner.text()
+    w.load_model(str(tmp_path / "gone.ternary"))
+    qtbot.waitUntil(lambda: not w.loading, timeout=60_000)
+    assert "gone.ternary: no such file" in w.banner.text()
     with qtbot.waitSignal(w.modelLoaded, timeout=60_000):
         w.load_model(tiny_model_path)
     assert w.send_button.isEnabled() and not w.banner.isVisible()
+
+
+def test_gui_switching_conversation_mid_stream_keeps_the_reply(qtbot, make_window, monkeypatch):
+    _no_eos(monkeypatch)
+    w = make_window(max_new_tokens=300)
+    _send(qtbot, w, "long one")
+    first = w.conversation_id
+    qtbot.waitUntil(lambda: w.gauges.generated_pieces >= 2, timeout=60_000)
+    with qtbot.waitSignal(w.generationFinished, timeout=30_000):
+        w.new_action.trigger()  # Ctrl+N: a new chat stops the reply
+    assert w.conversation_id != first and w.chat_view.widgets == []
+    reply = w.store.messages(first)[-1]
+    assert reply.status == COMPLETE and reply.stats["finish_reason"] == "cancelled" and reply.content

@@ -102,8 +102,9 @@ def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(hub, tmp_path):
     time.sleep(0.2)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
-    assert time.monotonic() - t0 < 2.0
+    out, err = proc.communicate(timeout=15)
+    # process exit included (interpreter shutdown); the < 1 s cancel itself is test_hub_download's
+    assert time.monotonic() - t0 < 5.0
     assert proc.returncode == 130, err
     assert "cancelled" in err and "resume" in err
     assert next(partial_dir.glob("*.part")).stat().st_size == 100_000

@@ -15,8 +15,8 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 _MODULES = ["runtime.kernels.triton_linear", "runtime.kernels.triton_norm", "runtime.kernels.triton_rope",
             "runtime.kernels.triton_attention", "runtime.kernels.triton_sampling"]
 
-if os.environ["TRITON_INTERPRET"] == "1":
-    for _name in _MODULES:
-        _mod = sys.modules.get(_name)
-        if _mod is not None and not getattr(sys.modules["runtime.kernels.triton_linear"], "INTERPRET", True):
-            importlib.reload(_mod)
+_linear = sys.modules.get("runtime.kernels.triton_linear")
+if os.environ["TRITON_INTERPRET"] == "1" and _linear is not None and not _linear.INTERPRET:
+    for _name in _MODULES:  # triton_linear first: the others import from it
+        if _name in sys.modules:
+            importlib.reload(sys.modules[_name])
