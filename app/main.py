@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ternary-chat", description="Ternary Chat desktop app")
     parser.add_argument("--smoke-test", action="store_true",
-                        help="open the main window, run the event loop briefly and exit 0 (installer checks)")
+                        help="open the main window, run the event loop briefly and exit 0 (installer checks); "
+                             "with a model path also load it and generate a short reply")
     parser.add_argument("--verbose", action="store_true", help="debug logging")
     parser.add_argument("--language", choices=["en", "zh_CN"], help="override the interface language once")
     parser.add_argument("files", nargs="*", help="a document to summarize or a model (.gguf/.ternary/folder) to import")
@@ -116,17 +117,43 @@ def main(argv: list[str] | None = None) -> int:
 
     window = MainWindow(settings=settings, autoload=not args.smoke_test)
     window.show()
+    if args.smoke_test:
+        return smoke_test(app, window, args.files[0] if args.files else None, log_path)
     for path in args.files[:1]:  # as if dropped on the window (file managers' "Open with")
         window.handle_dropped(os.path.abspath(path))
-    if args.smoke_test:
-        from PySide6.QtCore import QTimer
-
-        QTimer.singleShot(300, window.close)
-        QTimer.singleShot(600, app.quit)
-        code = app.exec()
-        print(f"smoke test ok: window '{window.windowTitle()}' shown, log at {log_path}")
-        return code
     return app.exec()
+
+
+def smoke_test(app: object, window: object, model: str | None, log_path: str) -> int:
+    """Installer check: the window opens; with ``model``, it loads and answers (8 tokens, CPU ok)."""
+    from PySide6.QtCore import QTimer
+
+    from app.main_window import model_key
+    from app.settings_model import SamplingSettings
+
+    outcome: dict[str, str] = {}
+
+    def finish(result: str) -> None:
+        outcome.setdefault("result", result)
+        window.close()
+        app.quit()
+
+    if model is None:
+        QTimer.singleShot(300, lambda: finish("window shown"))
+    else:
+        path = os.path.abspath(model)
+        window.settings.set_sampling(model_key(path), SamplingSettings(max_new_tokens=8, seed=0))
+        window.modelLoaded.connect(lambda info: window.send("Hello"))
+        window.worker.loadFailed.connect(lambda _p, msg: finish("load failed: " + msg))
+        window.generationFinished.connect(
+            lambda _rid: finish("error: " + window.last_error if window.last_error else "reply generated"))
+        window.load_model(path)
+        QTimer.singleShot(300_000, lambda: finish("timed out"))
+    app.exec()
+    result = outcome.get("result", "no result")
+    ok = result in ("window shown", "reply generated")
+    print(f"smoke test {'ok' if ok else 'FAILED'}: {result}; window '{window.windowTitle()}'; log at {log_path}")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
 # used for anything the model file does not specify.
 PRISM_SMALL_DEFAULTS = {"temperature": 0.5, "top_p": 0.85, "top_k": 20, "min_p": 0.0,
                         "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+# The 27B hybrids (model cards; Bonsai 2 = the files with Hadamard rotation metadata).
+PRISM_27B_DEFAULTS = dict(PRISM_SMALL_DEFAULTS, temperature=0.7, top_p=0.95)
+PRISM_BONSAI2_DEFAULTS = dict(PRISM_SMALL_DEFAULTS, temperature=1.0, top_p=0.95)
 
 # Plain ChatML, for the rare file without a template (every Bonsai model is ChatML).
 FALLBACK_CHATML_TEMPLATE = (
@@ -216,16 +219,24 @@ class Engine:
     # ------------------------------------------------------------------ settings and prompts
 
     def default_settings(self) -> GenerationSettings:
-        """Settings resolved from the model file's generation defaults, then PrismML's."""
+        """Settings resolved from the model file's generation defaults, then PrismML's for the family."""
         gd = self.generation_defaults
+        if self.config.hadamard is not None:
+            fallback = PRISM_BONSAI2_DEFAULTS
+        elif self.config.arch == "qwen35":
+            fallback = PRISM_27B_DEFAULTS
+        else:
+            fallback = PRISM_SMALL_DEFAULTS
         values: dict[str, Any] = {}
         for name in _SAMPLING_FIELDS:
             v = gd.get(name)
-            values[name] = type(PRISM_SMALL_DEFAULTS[name])(v) if v is not None else PRISM_SMALL_DEFAULTS[name]
+            values[name] = type(fallback[name])(v) if v is not None else fallback[name]
         if gd.get("do_sample") is False:
             values["temperature"] = 0.0
         thinking = gd.get("enable_thinking")
-        values["enable_thinking"] = bool(thinking) if thinking is not None else False
+        # PrismML: the 1.7B/4B/8B were not trained to think (their demo forces it off); the 27B
+        # hybrids are thinking models, on by default
+        values["enable_thinking"] = bool(thinking) if thinking is not None else self.config.arch == "qwen35"
         if self.info.supports_thinking is False:
             values["enable_thinking"] = False
         if gd.get("max_new_tokens"):

@@ -19,6 +19,7 @@ The machine's load average is printed: on a shared machine, rerun when it is qui
 
     .venv/bin/python scripts/bench_cpu.py                # everything
     .venv/bin/python scripts/bench_cpu.py --only ours    # just our engine
+    .venv/bin/python scripts/bench_cpu.py --linear cpu_ternary,cpu_int4   # matmuls only
 """
 
 from __future__ import annotations
@@ -182,6 +183,53 @@ def run_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------ linear only
+
+
+def _linear_forward(layers: list, head, xs: dict, hidden: int) -> None:
+    for layer in layers:
+        for w in layer.values():
+            w(xs[w.in_features])
+    head(xs[hidden][-1:])  # prefill computes the LM head for the last token only
+
+
+def bench_linear(args: argparse.Namespace) -> int:
+    """Per-token matmul cost of the model's shapes per backend (distinct weights per layer, so the
+    caches see real memory traffic): the ceiling the engine can reach."""
+    import torch
+
+    from runtime.kernels.linear import prepare_linear
+    from runtime.synthetic import synthetic_config
+
+    torch.set_num_threads(args.threads)
+    cfg = synthetic_config(args.model)
+    h, hd, f = cfg.hidden_size, cfg.head_dim, cfg.intermediate_size
+    shapes = {"q": (cfg.num_heads * hd, h), "k": (cfg.num_kv_heads * hd, h), "v": (cfg.num_kv_heads * hd, h),
+              "o": (h, cfg.num_heads * hd), "gate": (f, h), "up": (f, h), "down": (h, f)}
+    from runtime.synthetic import random_ternary
+
+    for backend in args.linear.split(","):
+        layers = [{k: prepare_linear(random_ternary(f"{i}.{k}", s, args.seed), "cpu", backend)
+                   for k, s in shapes.items()} for i in range(cfg.num_layers)]
+        head = prepare_linear(random_ternary("lm_head", (cfg.vocab_size, h), args.seed), "cpu", backend)
+        resident = sum(w.nbytes for layer in layers for w in layer.values()) + head.nbytes
+        for m, reps in ((1, 5), (args.prompt_tokens, 2)):
+            xs = {k: torch.randn(m, k) for k in {s[1] for s in shapes.values()}}
+
+            _linear_forward(layers, head, xs, h)
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                _linear_forward(layers, head, xs, h)
+                times.append(time.perf_counter() - t0)
+            med = statistics.median(times)
+            print(f"{backend}: {m} token(s) x {cfg.num_layers} layers + LM head: {med * 1e3:.1f} ms "
+                  f"-> {m / med:.1f} tok/s (threads {args.threads}, resident weights {resident / 1e6:.0f} MB, "
+                  f"load avg {os.getloadavg()[0]:.1f})", flush=True)
+        del layers, head
+    return 0
+
+
 # ------------------------------------------------------------------------------------------ driver
 
 
@@ -204,11 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SYSTEMS), help=f"comma list of {SYSTEMS}")
     ap.add_argument("--workdir", default="/tmp/ternary-bench-cpu")
     ap.add_argument("--no-tie-scales", dest="tie_scales", action="store_false")
+    ap.add_argument("--linear", help="only time the per-token matmuls of these backends (comma list)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return run_worker(args)
+    if args.linear:
+        return bench_linear(args)
     args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in args.systems:
         if s not in SYSTEMS:

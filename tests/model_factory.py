@@ -23,7 +23,8 @@ Shared by the formats and engine tests (helpers may only APPEND functions here).
 * ``write_gguf(model_data, path, ttype) -> Path`` with ``ttype`` one of ``GGUF_TTYPES``:
   "Q2_0" (g64, type 42), "Q2_0_LEGACY" (g128 under 42), "PQ2_0", "PTQ1_0", "TQ1_0", "TQ2_0",
   "F32", "F16", "BF16", "Q8_0", "Q4_0" (the last two are lossy for ternary weights).
-* ``tiny_model_files(tmp_path, ...)`` convenience: HF folder + ModelData in one call.
+* ``tiny_model_files(tmp_path, ...)`` convenience: (cfg, hf_model, tokenizer, hf_folder) in one call.
+* ``random_ternary(rows, cols, group_size, generator, scale)``: one exactly-ternary float32 matrix.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ for arg in "$@"; do
   case "$arg" in
     --gpu) GPU=1 ;;
     --uninstall)
-      rm -rf "$PREFIX" "$BIN/ternary-chat" "$APPS/ternary-chat.desktop" "$ICONS/scalable/apps/ternary-chat.svg"
+      rm -rf "$PREFIX" "$BIN/ternary-chat" "$BIN/ternary" "$APPS/ternary-chat.desktop" "$ICONS/scalable/apps/ternary-chat.svg"
       for s in 32 48 64 128 256; do rm -f "$ICONS/${s}x${s}/apps/ternary-chat.png"; done
       command -v update-desktop-database >/dev/null && update-desktop-database -q "$APPS" || true
       echo "Ternary Chat removed (your chats, settings and models in $DATA/ternary-chat were kept)."

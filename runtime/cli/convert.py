@@ -23,6 +23,8 @@ def register(sub: Any) -> None:
                    help="group size for recovering ternary codes from dense weights (default 128)")
     p.add_argument("--encoding", choices=["t2", "t3"], default=None,
                    help="ternary encoding: t2 (2-bit, default) or t3 (base-3, ~1.6 bit; default for PTQ1_0)")
+    p.add_argument("--regroup", type=int, default=None, metavar="N",
+                   help="store N weights per scale where that is exact (e.g. 128 for a Q2_0 g64 source)")
     p.add_argument("--no-hash", action="store_true", help="skip the source sha256 (faster; no provenance hash)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -59,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
     progress = None if args.quiet or not sys.stderr else TextProgress()
     res = convert(args.src, args.output, quantize=args.quantize, group_size=args.group_size,
-                  ternary_encoding=args.encoding, hash_source=not args.no_hash, progress=progress)
+                  ternary_encoding=args.encoding, regroup_to=args.regroup, hash_source=not args.no_hash,
+                  progress=progress)
     msg = (f"wrote {res.output} ({res.output_bytes / (1 << 20):.1f} MiB, {res.tensors} tensors, "
            f"from {res.source_format}) in {res.seconds:.1f} s")
     if args.quantize:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runtime.errors import ModelFormatError
+from runtime.formats.gguf_codecs import regroup
 from runtime.formats.loader import open_source, source_sha256
-from runtime.formats.model_data import Provenance
+from runtime.formats.model_data import Provenance, Tensor, TernaryTensor
 from runtime.formats.ternary_file import write_ternary
 
 # progress(stage, done, total, detail): stage is "hash" or "convert"; done/total in bytes
@@ -33,12 +34,24 @@ class ConvertResult:
     max_quantization_error: float  # 0.0 for an exactly ternary source
 
 
+def _regrouped(name: str, t: Tensor, group: int) -> Tensor:
+    if not isinstance(t, TernaryTensor) or t.group_size == group:
+        return t
+    try:
+        return regroup(t, group)
+    except ValueError as exc:
+        raise ModelFormatError(f"tensor {name}: {exc}") from None
+
+
 def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], *, quantize: bool = False,
-            group_size: int = 128, ternary_encoding: str | None = None, hash_source: bool = True,
-            progress: Progress | None = None, cancel: Callable[[], bool] | None = None) -> ConvertResult:
+            group_size: int = 128, ternary_encoding: str | None = None, regroup_to: int | None = None,
+            hash_source: bool = True, progress: Progress | None = None,
+            cancel: Callable[[], bool] | None = None) -> ConvertResult:
     """Convert ``src`` (.gguf, HF folder or .ternary) to a ``.ternary`` file at ``out``.
 
     Non-ternary weights are refused unless ``quantize`` (then the max relative error is reported).
+    ``regroup_to`` stores every ternary tensor with that many weights per scale, only where exact
+    (e.g. a Q2_0 g64 file of a g128 model becomes the same file as its PQ2_0 sibling).
     Raises :class:`runtime.errors.CancelledError` when ``cancel()`` turns true; no output is left.
     """
     t0 = time.perf_counter()
@@ -55,13 +68,17 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], *, quantiz
                                    progress=(lambda d, t: progress("hash", d, t, src_p.name)) if progress else None)
         names = source.tensor_names()
         specs = [source.tensor_spec(n) for n in names]
+        loader: Callable[[str], Tensor] = source.load
+        if regroup_to:
+            specs = [replace(s, group_size=regroup_to) if s.group_size else s for s in specs]
+            loader = lambda n: _regrouped(n, source.load(n), regroup_to)  # noqa: E731
         prov = Provenance(source_name=src_p.name, source_sha256=digest, source_format=source.source_format)
         if source.source_format == "ternary" and hasattr(source, "provenance"):
             old = source.provenance()  # re-conversion keeps the original source's identity
             prov = Provenance(source_name=old.source_name or src_p.name, source_sha256=old.source_sha256 or digest,
                               source_format=old.source_format or "ternary")
         write_ternary(
-            out_p, config=source.config, specs=specs, tensors=((n, source.load(n)) for n in names),
+            out_p, config=source.config, specs=specs, tensors=((n, loader(n)) for n in names),
             tokenizer=source.tokenizer, generation_defaults=dict(source.generation_defaults), provenance=prov,
             name=source.model_name,
             progress=(lambda d, t, n: progress("convert", d, t, n)) if progress else None, cancel=cancel,

@@ -28,6 +28,7 @@ import torch
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats import gguf_codecs as gc
 from runtime.formats.arch import ArchSpec, arch_for_gguf, check_tensor_set
+from runtime.formats.mmap_pages import release
 from runtime.formats.model_data import T2, T3, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor
 from runtime.formats.ternary_file import TensorSpec
 
@@ -408,6 +409,7 @@ class GGUFSource:
             t = DenseTensor(t.dequantize(torch.float32))
         if self.arch.tensor_from_gguf is not None:
             t = self.arch.tensor_from_gguf(hf_name, t, self.config)
+        release(self.file._mm, info.offset, info.nbytes)  # decoded tensors are copies
         return t
 
     def iter_tensors(self) -> Iterator[tuple[str, Tensor]]:

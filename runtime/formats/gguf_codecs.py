@@ -221,6 +221,20 @@ def regroup_scales(t: TernaryTensor, new_group: int) -> np.ndarray:
     return out
 
 
+def regroup(t: TernaryTensor, new_group: int) -> TernaryTensor:
+    """The same weights with ``new_group`` weights per scale (exact, or ValueError; see regroup_scales)."""
+    if new_group == t.group_size:
+        return t
+    scales = torch.from_numpy(regroup_scales(t, new_group).copy())
+    if t.encoding == T2:
+        return TernaryTensor(t.shape, new_group, t.codes, scales, T2)
+    rows, cols = t.shape
+    codes = np.empty((rows, cols // new_group * t3_bytes_per_group(new_group)), dtype=np.uint8)
+    for r0, r1 in _chunks(rows, cols):
+        codes[r0:r1] = _pack_t3_trits(ternary_codes(t, r0, r1), new_group)
+    return TernaryTensor(t.shape, new_group, torch.from_numpy(codes), scales, T3)
+
+
 # ----------------------------------------------------------------------------------------------
 # ternary decode
 

@@ -24,6 +24,7 @@ import torch
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats.arch import ArchSpec, arch_for_hf, check_tensor_set
+from runtime.formats.mmap_pages import release
 from runtime.formats.model_data import (
     T2,
     DenseTensor,
@@ -160,13 +161,21 @@ def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
     return out
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _read_text(path: Path) -> str:
+    """A small text file, refusing absurd sizes before reading (nothing allocated from them)."""
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
-        raise ModelFormatError(f"{path.name}: {what} is {size} bytes, too large")
+        raise ModelFormatError(f"{path.name} is {size} bytes, too large for a model metadata file")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelFormatError(f"{path.name}: not UTF-8 text ({exc.reason})") from None
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
         raise ModelFormatError(f"{path.name}: not valid JSON ({exc})") from None
 
 
@@ -247,12 +256,10 @@ class HFSource:
                                         f"{cfg.get('model_type')}: {', '.join(unknown[:5])}")
         check_tensor_set(self.config, shapes, source=p.name)
         self.names = names
-        tok_json = (p / "tokenizer.json").read_text(encoding="utf-8") if (p / "tokenizer.json").is_file() else None
-        if tok_json is not None and len(tok_json) > MAX_JSON_BYTES:
-            raise ModelFormatError(f"{p.name}: tokenizer.json too large")
+        tok_json = _read_text(p / "tokenizer.json") if (p / "tokenizer.json").is_file() else None
         tc = _read_json(p / "tokenizer_config.json", "tokenizer_config.json") if (p / "tokenizer_config.json").is_file() else {}
         gen = _read_json(p / "generation_config.json", "generation_config.json") if (p / "generation_config.json").is_file() else {}
-        tmpl = (p / "chat_template.jinja").read_text(encoding="utf-8") if (p / "chat_template.jinja").is_file() else None
+        tmpl = _read_text(p / "chat_template.jinja") if (p / "chat_template.jinja").is_file() else None
         self.tokenizer = tokenizer_data_from_hf(tok_json, tc, tmpl, gen, cfg)
         self.generation_defaults = generation_defaults_from_hf(gen)
         self.group_size = group_size
@@ -332,6 +339,9 @@ class HFSource:
             t = DenseTensor(w.to(torch.float32) if w.dtype == torch.float64 else w.clone())
         if self.arch.tensor_from_hf is not None:
             t = self.arch.tensor_from_hf(name, t, self.config)
+        e = self.entries[name]
+        del w  # the result is a copy: the mapped pages are no longer needed
+        release(self._maps.get(e.file), e.begin, e.end - e.begin)
         return t
 
     def iter_tensors(self) -> Iterator[tuple[str, Tensor]]:

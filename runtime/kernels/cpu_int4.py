@@ -68,6 +68,8 @@ class CpuInt4Linear(LinearWeight):
             raise ValueError(f"the cpu_int4 backend runs on the CPU, not on {device}")
         if not int4_available():
             raise RuntimeError("this torch build has no CPU int4 kernels (need torch >= 2.5)")
+        if self.group_size not in (32, 64, 128, 256):
+            raise ValueError(f"torch's int4 CPU kernel needs group size 32, 64, 128 or 256, got {self.group_size}")
         packed, sz, self.padded_out = pack_int4(t)
         self.register_buffer("packed", packed, persistent=False)
         self.register_buffer("scales_and_zeros", sz, persistent=False)

@@ -3,8 +3,9 @@
 Why not torch alone: decode on a CPU is memory-bound, so the weights must stay at ~2 bits and be
 consumed without unpacking to a dense copy. torch has no 2-bit kernel, and its int4 CPU kernel
 (:mod:`runtime.kernels.cpu_int4`) is only fast for bf16 activations, which is not exact. The C
-kernel (``cpu_ternary_kernel.c``) keeps each weight as two bit planes (2 bits/weight + the fp16
-group scales, the same bytes as the ``t2`` file layout) and computes in fp32 on the exact weights.
+kernel (``cpu_ternary_kernel.c``) reads the canonical ``t2`` codes and fp16 group scales in place
+(2.125 bits/weight at group 128, no repacking, so a memory-mapped ``.ternary`` file is used as is),
+expands 16 weights at a time to exact fp32 values in registers and multiplies with FMAs.
 
 Build: ``cc -O3 -march=native -fopenmp -shared`` into the user cache directory, keyed by a hash of
 source, compiler and CPU flags, written atomically (parallel processes may build at once). If no
@@ -34,7 +35,7 @@ from runtime.kernels.linear import BACKENDS, LinearWeight
 _SOURCE = Path(__file__).with_name("cpu_ternary_kernel.c")
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
-_CHUNK_ROWS = 8192  # rows converted per call when the source tensor is t3
+_CHUNK_ROWS = 8192  # rows converted at a time when the source tensor is t3
 
 
 def _cpu_flags() -> str:
@@ -99,8 +100,6 @@ def kernel_library() -> ctypes.CDLL:
         p, i64 = ctypes.c_void_p, ctypes.c_int64
         lib.ternary_mm.argtypes = [p, p, p, p, i64, i64, i64, i64, i64, ctypes.c_int]
         lib.ternary_mm.restype = None
-        lib.t2_to_planes.argtypes = [p, p, i64, i64, ctypes.c_int, ctypes.c_int]
-        lib.t2_to_planes.restype = ctypes.c_int
         lib.ternary_rows.argtypes = [p, i64, p, p, p, i64, i64]
         lib.ternary_rows.restype = None
         lib.kernel_isa.restype = ctypes.c_int
@@ -113,27 +112,21 @@ def kernel_isa() -> int:
     return int(kernel_library().kernel_isa())
 
 
-def to_planes(t: TernaryTensor, mode: int = 0) -> tuple[torch.Tensor, bool]:
-    """Bit planes (int32 ``[rows, cols/16]``) of ``t``, and whether any code 3 (t = +2) occurs."""
-    lib = kernel_library()
+def t2_codes(t: TernaryTensor) -> torch.Tensor:
+    """The tensor's codes in the t2 layout the kernel reads (t3 is converted in row chunks)."""
+    if t.encoding == T2:
+        return t.codes.contiguous()
     rows, cols = t.shape
-    planes = torch.empty(rows, cols // 16, dtype=torch.int32)
-    saw3 = False
-    step = rows if t.encoding == T2 else _CHUNK_ROWS
-    for r0 in range(0, rows, step):
-        r1 = min(rows, r0 + step)
-        if t.encoding == T2:
-            codes = t.codes[r0:r1].contiguous()
-        else:
-            part = TernaryTensor((r1 - r0, cols), t.group_size, t.codes[r0:r1], t.scales[r0:r1], t.encoding)
-            codes = codecs.pack_t2(codecs.codes_of(part))
-        saw3 |= bool(lib.t2_to_planes(codes.data_ptr(), planes[r0:r1].data_ptr(), r1 - r0, cols, mode,
-                                      torch.get_num_threads()))
-    return planes, saw3
+    out = torch.empty(rows, cols // 4, dtype=torch.uint8)
+    for r0 in range(0, rows, _CHUNK_ROWS):
+        r1 = min(rows, r0 + _CHUNK_ROWS)
+        part = TernaryTensor((r1 - r0, cols), t.group_size, t.codes[r0:r1], t.scales[r0:r1], t.encoding)
+        out[r0:r1] = codecs.pack_t2(codecs.codes_of(part))
+    return out
 
 
 class CpuTernaryLinear(LinearWeight):
-    """Ternary weight as bit planes + fp16 scales (2.125 bits/weight at g128); exact fp32 matmul."""
+    """The t2 codes + fp16 scales as stored (2.125 bits/weight at g128, no copy); exact fp32 matmul."""
 
     backend = "cpu_ternary"
 
@@ -145,21 +138,8 @@ class CpuTernaryLinear(LinearWeight):
             raise ValueError(f"cpu_ternary needs group size and width divisible by 16, got "
                              f"group {self.group_size}, width {self.in_features}")
         self._lib = kernel_library()
-        planes, saw3 = to_planes(t, 0)
-        self.register_buffer("planes", planes, persistent=False)
+        self.register_buffer("codes", t2_codes(t), persistent=False)
         self.register_buffer("scales", t.scales.contiguous(), persistent=False)
-        # Q2_0 files may hold code 3 (t = +2): the main planes count it as +1, this plane adds the other +1
-        extra = to_planes(t, 1)[0] if saw3 else torch.empty(0, dtype=torch.int32)
-        self.register_buffer("extra_planes", extra, persistent=False)
-
-    def _mm(self, x2: torch.Tensor, planes: torch.Tensor) -> torch.Tensor:
-        m = x2.shape[0]
-        y = torch.empty(m, self.out_features, dtype=torch.float32)
-        if m:
-            self._lib.ternary_mm(x2.data_ptr(), planes.data_ptr(), self.scales.data_ptr(), y.data_ptr(),
-                                 m, self.out_features, self.in_features, self.group_size,
-                                 self.out_features, torch.get_num_threads())
-        return y
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu":
@@ -170,24 +150,22 @@ class CpuTernaryLinear(LinearWeight):
         x2 = x.reshape(-1, self.in_features)
         if x2.dtype != torch.float32 or not x2.is_contiguous():
             x2 = x2.to(torch.float32).contiguous()
-        y = self._mm(x2, self.planes)
-        if self.extra_planes.numel():
-            y += self._mm(x2, self.extra_planes)
+        m = x2.shape[0]
+        y = torch.empty(m, self.out_features, dtype=torch.float32)
+        if m:
+            self._lib.ternary_mm(x2.data_ptr(), self.codes.data_ptr(), self.scales.data_ptr(), y.data_ptr(),
+                                 m, self.out_features, self.in_features, self.group_size,
+                                 self.out_features, torch.get_num_threads())
         return y.to(x.dtype).reshape(*lead, self.out_features)
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        """fp32 rows ``ids`` of the weight (embedding lookup from the same compact planes)."""
+        """fp32 rows ``ids`` of the weight (an embedding lookup from the same compact codes)."""
         flat = ids.reshape(-1).to(torch.int64).contiguous()
         if flat.numel() and (int(flat.min()) < 0 or int(flat.max()) >= self.out_features):
             raise IndexError(f"token id out of range 0..{self.out_features - 1}")
         out = torch.empty(flat.numel(), self.in_features, dtype=torch.float32)
-        self._lib.ternary_rows(flat.data_ptr(), flat.numel(), self.planes.data_ptr(), self.scales.data_ptr(),
+        self._lib.ternary_rows(flat.data_ptr(), flat.numel(), self.codes.data_ptr(), self.scales.data_ptr(),
                                out.data_ptr(), self.in_features, self.group_size)
-        if self.extra_planes.numel():
-            extra = torch.empty_like(out)
-            self._lib.ternary_rows(flat.data_ptr(), flat.numel(), self.extra_planes.data_ptr(),
-                                   self.scales.data_ptr(), extra.data_ptr(), self.in_features, self.group_size)
-            out += extra
         return out.reshape(*ids.shape, self.in_features)
 
 

@@ -1,11 +1,10 @@
 /* Exact fp32 ternary matmul for the CPU backend "cpu_ternary" (see cpu_ternary.py).
 
-   Weights are kept as two bit planes per 16 input columns, packed in one uint32:
-   bits 0..15 say "weight is +1", bits 16..31 "weight is -1" (bit i = column 16c + i), i.e. 2 bits per
-   weight like the t2 codes, plus the fp16 group scales as stored. y = x W^T is computed as
-   sum_g s_g * (sum of x where t = +1 - sum of x where t = -1) per group (decode, masked adds) or
-   with weights dequantized on the fly to +-s / 0 and FMAs (prefill). Both are exact fp32 math on the
-   exact weights; results differ from a dense fp32 matmul only by summation order.
+   Reads the canonical t2 codes directly (the .ternary / ModelData layout: per row, 4 codes per byte
+   LSB first, code = t + 1; read as little-endian uint32 words of 16 weights, weight i at bits 2i)
+   and the fp16 group scales as stored. Every weight is materialized in a register as exactly
+   (code - 1) * s in fp32 and multiplied with FMAs, so the result equals a dense fp32 matmul on the
+   exact weights up to summation order. No copy of the weights is made.
 
    Built by cpu_ternary.py with the host compiler (-O3 -march=native -fopenmp). Linking -fopenmp to
    libgomp.so.1 makes it share the OpenMP runtime torch already loaded, so the two never fight over
@@ -54,57 +53,36 @@ int kernel_isa(void) {
 }
 
 #if defined(__AVX512F__)
-/* ---------------------------------------------------------------- AVX-512 */
-typedef __m512 vacc;
-
-/* decode: R rows, one token at a time, masked adds into separate +/- accumulators per group */
-static inline __attribute__((always_inline)) void rows_kernel(
-    const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
-    int64_t n0, int R, int64_t K, int64_t G, int64_t M, int64_t ldy) {
-    const int64_t KC = K / 16, NG = K / G, CPG = G / 16;
-    for (int64_t m = 0; m < M; m++) {
-        const float *xm = x + m * K;
-        __m512 racc[4];
-        for (int r = 0; r < R; r++) racc[r] = _mm512_setzero_ps();
-        for (int64_t g = 0; g < NG; g++) {
-            __m512 pa[4], na[4];
-            for (int r = 0; r < R; r++) { pa[r] = _mm512_setzero_ps(); na[r] = _mm512_setzero_ps(); }
-            for (int64_t c = g * CPG; c < (g + 1) * CPG; c++) {
-                __m512 xv = _mm512_loadu_ps(xm + c * 16);
-                for (int r = 0; r < R; r++) {
-                    uint32_t bits = planes[(n0 + r) * KC + c];
-                    pa[r] = _mm512_mask_add_ps(pa[r], (__mmask16)(bits & 0xFFFF), pa[r], xv);
-                    na[r] = _mm512_mask_add_ps(na[r], (__mmask16)(bits >> 16), na[r], xv);
-                }
-            }
-            for (int r = 0; r < R; r++)
-                racc[r] = _mm512_fmadd_ps(_mm512_sub_ps(pa[r], na[r]),
-                                          _mm512_set1_ps(h2f(scales[(n0 + r) * NG + g])), racc[r]);
-        }
-        for (int r = 0; r < R; r++) y[m * ldy + n0 + r] = _mm512_reduce_add_ps(racc[r]);
-    }
+/* ---------------------------------------------------------------- AVX-512
+   One uint32 word = 16 weights (t2 codes, weight i at bits 2i). Broadcast it, shift lane i right by
+   2i, and use the low 4 bits as a vpermps index into a per-(row, group) table whose entry j is
+   (j % 4 - 1) * s: lane i gets (code_i - 1) * s exactly (code 3 -> 2s, Q2_0's +2). Then FMA. */
+static inline __m512 group_table(uint16_t h) {
+    const __m512 base = _mm512_setr_ps(-1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2, -1, 0, 1, 2);
+    return _mm512_mul_ps(base, _mm512_set1_ps(h2f(h)));
 }
 
-/* prefill: R rows x T tokens register block; w = +-s or 0 built from the planes, then FMAs */
+static inline __m512 weights16(uint32_t word, __m512 table) {
+    const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512i idx = _mm512_srlv_epi32(_mm512_set1_epi32((int)word), shifts);
+    return _mm512_permutexvar_ps(idx, table);
+}
+
+/* R rows x T tokens register block over all K */
 static inline __attribute__((always_inline)) void block_kernel(
-    const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+    const float *x, const uint32_t *words, const uint16_t *scales, float *y,
     int64_t n0, int R, int64_t m0, int T, int64_t K, int64_t G, int64_t ldy) {
     const int64_t KC = K / 16, NG = K / G, CPG = G / 16;
     __m512 acc[4][4];
     for (int r = 0; r < R; r++) for (int t = 0; t < T; t++) acc[r][t] = _mm512_setzero_ps();
     for (int64_t g = 0; g < NG; g++) {
-        __m512 sp[4], sn[4];
-        for (int r = 0; r < R; r++) {
-            sp[r] = _mm512_set1_ps(h2f(scales[(n0 + r) * NG + g]));
-            sn[r] = _mm512_sub_ps(_mm512_setzero_ps(), sp[r]);
-        }
+        __m512 tbl[4];
+        for (int r = 0; r < R; r++) tbl[r] = group_table(scales[(n0 + r) * NG + g]);
         for (int64_t c = g * CPG; c < (g + 1) * CPG; c++) {
             __m512 xv[4];
             for (int t = 0; t < T; t++) xv[t] = _mm512_loadu_ps(x + (m0 + t) * K + c * 16);
             for (int r = 0; r < R; r++) {
-                uint32_t bits = planes[(n0 + r) * KC + c];
-                __m512 w = _mm512_mask_blend_ps((__mmask16)(bits >> 16),
-                                                _mm512_maskz_mov_ps((__mmask16)(bits & 0xFFFF), sp[r]), sn[r]);
+                __m512 w = weights16(words[(n0 + r) * KC + c], tbl[r]);
                 for (int t = 0; t < T; t++) acc[r][t] = _mm512_fmadd_ps(w, xv[t], acc[r][t]);
             }
         }
@@ -113,14 +91,39 @@ static inline __attribute__((always_inline)) void block_kernel(
         y[(m0 + t) * ldy + n0 + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-#elif defined(__AVX2__) && defined(__FMA__)
-/* ---------------------------------------------------------------- AVX2: 16 columns = two 8-lane halves */
-static inline __m256 lane_mask(uint32_t bits8) {
-    const __m256i sel = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    __m256i v = _mm256_and_si256(_mm256_set1_epi32((int)bits8), sel);
-    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(v, sel));
+/* decode: one token, R rows, two accumulators per row (even/odd words) to hide FMA latency */
+static inline __attribute__((always_inline)) void rows_kernel(
+    const float *x, const uint32_t *words, const uint16_t *scales, float *y,
+    int64_t n0, int R, int64_t K, int64_t G, int64_t M, int64_t ldy) {
+    const int64_t KC = K / 16, NG = K / G, CPG = G / 16;
+    for (int64_t m = 0; m < M; m++) {
+        const float *xm = x + m * K;
+        __m512 a0[4], a1[4];
+        for (int r = 0; r < R; r++) { a0[r] = _mm512_setzero_ps(); a1[r] = _mm512_setzero_ps(); }
+        for (int64_t g = 0; g < NG; g++) {
+            __m512 tbl[4];
+            for (int r = 0; r < R; r++) tbl[r] = group_table(scales[(n0 + r) * NG + g]);
+            int64_t c = g * CPG;
+            for (; c + 2 <= (g + 1) * CPG; c += 2) {
+                __m512 x0 = _mm512_loadu_ps(xm + c * 16), x1 = _mm512_loadu_ps(xm + c * 16 + 16);
+                for (int r = 0; r < R; r++) {
+                    const uint32_t *wr = words + (n0 + r) * KC + c;
+                    a0[r] = _mm512_fmadd_ps(weights16(wr[0], tbl[r]), x0, a0[r]);
+                    a1[r] = _mm512_fmadd_ps(weights16(wr[1], tbl[r]), x1, a1[r]);
+                }
+            }
+            if (c < (g + 1) * CPG) {  /* group of 16 weights: an odd word count */
+                __m512 x0 = _mm512_loadu_ps(xm + c * 16);
+                for (int r = 0; r < R; r++)
+                    a0[r] = _mm512_fmadd_ps(weights16(words[(n0 + r) * KC + c], tbl[r]), x0, a0[r]);
+            }
+        }
+        for (int r = 0; r < R; r++) y[m * ldy + n0 + r] = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
+    }
 }
 
+#elif defined(__AVX2__) && defined(__FMA__)
+/* ---------------------------------------------------------------- AVX2: 16 weights = two 8-lane halves */
 static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -128,26 +131,29 @@ static inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+static inline __m256 group_table(uint16_t h) {
+    return _mm256_mul_ps(_mm256_setr_ps(-1, 0, 1, 2, -1, 0, 1, 2), _mm256_set1_ps(h2f(h)));
+}
+
 static inline __attribute__((always_inline)) void block_kernel(
-    const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+    const float *x, const uint32_t *words, const uint16_t *scales, float *y,
     int64_t n0, int R, int64_t m0, int T, int64_t K, int64_t G, int64_t ldy) {
     const int64_t KC = K / 16, NG = K / G, CPG = G / 16;
+    const __m256i sh_lo = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256i sh_hi = _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30);
     __m256 acc[4][4];
     for (int r = 0; r < R; r++) for (int t = 0; t < T; t++) acc[r][t] = _mm256_setzero_ps();
     for (int64_t g = 0; g < NG; g++) {
-        __m256 sp[4], sn[4];
-        for (int r = 0; r < R; r++) {
-            sp[r] = _mm256_set1_ps(h2f(scales[(n0 + r) * NG + g]));
-            sn[r] = _mm256_sub_ps(_mm256_setzero_ps(), sp[r]);
-        }
+        __m256 tbl[4];
+        for (int r = 0; r < R; r++) tbl[r] = group_table(scales[(n0 + r) * NG + g]);
         for (int64_t c = g * CPG; c < (g + 1) * CPG; c++) {
             for (int half = 0; half < 2; half++) {
                 __m256 xv[4];
                 for (int t = 0; t < T; t++) xv[t] = _mm256_loadu_ps(x + (m0 + t) * K + c * 16 + half * 8);
                 for (int r = 0; r < R; r++) {
-                    uint32_t bits = planes[(n0 + r) * KC + c] >> (8 * half);
-                    __m256 w = _mm256_or_ps(_mm256_and_ps(lane_mask(bits & 0xFF), sp[r]),
-                                            _mm256_and_ps(lane_mask((bits >> 16) & 0xFF), sn[r]));
+                    __m256i word = _mm256_set1_epi32((int)words[(n0 + r) * KC + c]);
+                    __m256i idx = _mm256_srlv_epi32(word, half ? sh_hi : sh_lo);
+                    __m256 w = _mm256_permutevar8x32_ps(tbl[r], idx);
                     for (int t = 0; t < T; t++) acc[r][t] = _mm256_fmadd_ps(w, xv[t], acc[r][t]);
                 }
             }
@@ -157,14 +163,14 @@ static inline __attribute__((always_inline)) void block_kernel(
 }
 
 static inline __attribute__((always_inline)) void rows_kernel(
-    const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+    const float *x, const uint32_t *words, const uint16_t *scales, float *y,
     int64_t n0, int R, int64_t K, int64_t G, int64_t M, int64_t ldy) {
-    for (int64_t m = 0; m < M; m++) block_kernel(x, planes, scales, y, n0, R, m, 1, K, G, ldy);
+    for (int64_t m = 0; m < M; m++) block_kernel(x, words, scales, y, n0, R, m, 1, K, G, ldy);
 }
 
 #else
 /* ---------------------------------------------------------------- portable C */
-static void block_kernel(const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+static void block_kernel(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                          int64_t n0, int R, int64_t m0, int T, int64_t K, int64_t G, int64_t ldy) {
     const int64_t KC = K / 16, NG = K / G, CPG = G / 16;
     for (int r = 0; r < R; r++) {
@@ -172,100 +178,66 @@ static void block_kernel(const float *x, const uint32_t *planes, const uint16_t 
             const float *xm = x + (m0 + t) * K;
             float total = 0.0f;
             for (int64_t g = 0; g < NG; g++) {
-                float part = 0.0f;
+                float s = h2f(scales[(n0 + r) * NG + g]);
                 for (int64_t c = g * CPG; c < (g + 1) * CPG; c++) {
-                    uint32_t bits = planes[(n0 + r) * KC + c];
-                    for (int i = 0; i < 16; i++) {
-                        if (bits & (1u << i)) part += xm[c * 16 + i];
-                        if (bits & (1u << (16 + i))) part -= xm[c * 16 + i];
-                    }
+                    uint32_t word = words[(n0 + r) * KC + c];
+                    for (int i = 0; i < 16; i++)
+                        total += (float)((int)((word >> (2 * i)) & 3) - 1) * s * xm[c * 16 + i];
                 }
-                total += part * h2f(scales[(n0 + r) * NG + g]);
             }
             y[(m0 + t) * ldy + n0 + r] = total;
         }
     }
 }
 
-static void rows_kernel(const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+static void rows_kernel(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                         int64_t n0, int R, int64_t K, int64_t G, int64_t M, int64_t ldy) {
-    block_kernel(x, planes, scales, y, n0, R, 0, (int)M, K, G, ldy);
+    block_kernel(x, words, scales, y, n0, R, 0, (int)M, K, G, ldy);
 }
 #endif
 
-static void block_range(const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+static void block_range(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                         int64_t n0, int R, int64_t m0, int64_t m1, int64_t K, int64_t G, int64_t ldy) {
     int64_t m = m0;
     if (R == 4) {
-        for (; m + 4 <= m1; m += 4) block_kernel(x, planes, scales, y, n0, 4, m, 4, K, G, ldy);
-        for (; m < m1; m++) block_kernel(x, planes, scales, y, n0, 4, m, 1, K, G, ldy);
+        for (; m + 4 <= m1; m += 4) block_kernel(x, words, scales, y, n0, 4, m, 4, K, G, ldy);
+        for (; m < m1; m++) block_kernel(x, words, scales, y, n0, 4, m, 1, K, G, ldy);
     } else {
-        for (; m + 4 <= m1; m += 4) block_kernel(x, planes, scales, y, n0, 1, m, 4, K, G, ldy);
-        for (; m < m1; m++) block_kernel(x, planes, scales, y, n0, 1, m, 1, K, G, ldy);
+        for (; m + 4 <= m1; m += 4) block_kernel(x, words, scales, y, n0, 1, m, 4, K, G, ldy);
+        for (; m < m1; m++) block_kernel(x, words, scales, y, n0, 1, m, 1, K, G, ldy);
     }
 }
 
 /* y[m, n] (row stride ldy) = sum_k x[m, k] * w[n, k]; K and G multiples of 16, G divides K. */
-void ternary_mm(const float *x, const uint32_t *planes, const uint16_t *scales, float *y,
+void ternary_mm(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                 int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads) {
     const int64_t nb = N / 4;
     if (M < 4) {
         #pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int64_t b = 0; b < nb; b++) rows_kernel(x, planes, scales, y, b * 4, 4, K, G, M, ldy);
-        for (int64_t n = nb * 4; n < N; n++) rows_kernel(x, planes, scales, y, n, 1, K, G, M, ldy);
+        for (int64_t b = 0; b < nb; b++) rows_kernel(x, words, scales, y, b * 4, 4, K, G, M, ldy);
+        for (int64_t n = nb * 4; n < N; n++) rows_kernel(x, words, scales, y, n, 1, K, G, M, ldy);
         return;
     }
     for (int64_t m0 = 0; m0 < M; m0 += TOKEN_TILE) {
         int64_t m1 = m0 + TOKEN_TILE < M ? m0 + TOKEN_TILE : M;
         #pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int64_t b = 0; b < nb; b++) block_range(x, planes, scales, y, b * 4, 4, m0, m1, K, G, ldy);
-        for (int64_t n = nb * 4; n < N; n++) block_range(x, planes, scales, y, n, 1, m0, m1, K, G, ldy);
+        for (int64_t b = 0; b < nb; b++) block_range(x, words, scales, y, b * 4, 4, m0, m1, K, G, ldy);
+        for (int64_t n = nb * 4; n < N; n++) block_range(x, words, scales, y, n, 1, m0, m1, K, G, ldy);
     }
 }
 
-/* t2 codes uint8 [N][K/4] (4 codes per byte, LSB first, code = t + 1) -> planes uint32 [N][K/16].
-   mode 0: +1 plane = code >= 2, -1 plane = code == 0 (so Q2_0's code 3, t = +2, counts as +1 here);
-   mode 1: +1 plane = code == 3 only (the remaining +1 of t = +2). Returns 1 if any code is 3. */
-int t2_to_planes(const uint8_t *codes, uint32_t *planes, int64_t N, int64_t K, int mode, int nthreads) {
-    int saw3 = 0;
-    const int64_t KC = K / 16;
-    #pragma omp parallel for schedule(static) num_threads(nthreads) reduction(|:saw3)
-    for (int64_t n = 0; n < N; n++) {
-        const uint8_t *row = codes + n * (K / 4);
-        for (int64_t c = 0; c < KC; c++) {
-            uint32_t pos = 0, neg = 0;
-            for (int i = 0; i < 16; i++) {
-                int64_t k = c * 16 + i;
-                int code = (row[k >> 2] >> (2 * (k & 3))) & 3;
-                if (mode == 0) {
-                    pos |= (uint32_t)(code >= 2) << i;
-                    neg |= (uint32_t)(code == 0) << i;
-                } else {
-                    pos |= (uint32_t)(code == 3) << i;
-                }
-                saw3 |= code == 3;
-            }
-            planes[n * KC + c] = pos | (neg << 16);
-        }
-    }
-    return saw3;
-}
-
-/* Embedding gather straight from the planes: out[i, :] = row ids[i] of W, exact. */
-void ternary_rows(const int64_t *ids, int64_t count, const uint32_t *planes, const uint16_t *scales,
+/* Embedding gather straight from the t2 codes: out[i, :] = row ids[i] of W, exact. */
+void ternary_rows(const int64_t *ids, int64_t count, const uint32_t *words, const uint16_t *scales,
                   float *out, int64_t K, int64_t G) {
     const int64_t KC = K / 16, NG = K / G, CPG = G / 16;
     for (int64_t i = 0; i < count; i++) {
-        const uint32_t *p = planes + ids[i] * KC;
+        const uint32_t *p = words + ids[i] * KC;
         const uint16_t *s = scales + ids[i] * NG;
         float *o = out + i * K;
         for (int64_t g = 0; g < NG; g++) {
             float sc = h2f(s[g]);
-            for (int64_t c = g * CPG; c < (g + 1) * CPG; c++) {
-                uint32_t bits = p[c];
-                for (int j = 0; j < 16; j++)
-                    o[c * 16 + j] = (bits & (1u << j)) ? sc : ((bits & (1u << (16 + j))) ? -sc : 0.0f);
-            }
+            for (int64_t c = g * CPG; c < (g + 1) * CPG; c++)
+                for (int j = 0; j < 16; j++) o[c * 16 + j] = (float)((int)((p[c] >> (2 * j)) & 3) - 1) * sc;
         }
     }
 }

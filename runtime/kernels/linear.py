@@ -83,6 +83,10 @@ def prepare_linear(t: TernaryTensor, device: torch.device | str = "cpu", backend
     device = torch.device(device)
     if backend == "auto":
         backend = default_backend(device)
+        try:
+            return BACKENDS[backend](t, device)
+        except ValueError:  # a layout outside the fast backend's limits (e.g. its group sizes)
+            return BACKENDS["reference"](t, device)
     if not _load_backend(backend):
         raise ValueError(f"unknown linear backend {backend!r} (available: {', '.join(sorted(BACKENDS))})")
     return BACKENDS[backend](t, device)

@@ -29,6 +29,7 @@ gets ``R^T``. See :mod:`runtime.model.hadamard`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -320,7 +321,10 @@ class Qwen35Model(torch.nn.Module):
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
                  progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None,
-                 fused_kernels: bool | None = None) -> None:
+                 fused_kernels: bool | None = None, placement: Any = None) -> None:
+        """``placement`` (a :class:`runtime.offload.Placement`): streamed layers and a host-side
+        embedding / LM head are supported; CPU-computed layers are not (the DeltaNet state and the
+        rotation live on the GPU), and are refused."""
         super().__init__()
         if config.arch != ARCH:
             raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3.5-family hybrid")
@@ -337,7 +341,7 @@ class Qwen35Model(torch.nn.Module):
         missing = [n for n in required_names(config) if n not in tensors]
         if missing:
             raise ModelFormatError(f"model is missing tensor {missing[0]!r} ({len(missing)} missing in total)")
-        register_optional_backends()
+        register_optional_backends(device)
 
         hc = config.hadamard
         self.rotation: HadamardRotation | None = None
@@ -351,10 +355,14 @@ class Qwen35Model(torch.nn.Module):
             if unknown:
                 raise UnsupportedModelError(f"inverse rotation is only supported on the embedding, not {sorted(unknown)}")
 
-        def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
-            if isinstance(t, TernaryTensor):
-                return prepare_linear(t, device, backend)
-            return DenseLinear(t.data.to(device=device, dtype=dtype))
+        def make_for(dev: torch.device) -> Callable[[TernaryTensor | DenseTensor], torch.nn.Module]:
+            def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
+                if isinstance(t, TernaryTensor):
+                    return prepare_linear(t, dev, backend if dev.type == device.type else "auto")
+                return DenseLinear(t.data.to(device=dev, dtype=dtype))
+            return make
+
+        make = make_for(device)
 
         def dense(name: str) -> torch.Tensor:
             t = tensors[name]
@@ -371,8 +379,11 @@ class Qwen35Model(torch.nn.Module):
         if embed.shape[1] != config.hidden_size:
             raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {config.hidden_size}")
         self.vocab_size = embed.shape[0]
-        self.embed: torch.nn.Module = (TernaryEmbedding(embed, device) if isinstance(embed, TernaryTensor)
-                                       else DenseEmbedding(embed.data.to(device=device, dtype=dtype)))
+        emb_dev = placement.embedding_device() if placement is not None else device
+        self.embed: torch.nn.Module = (TernaryEmbedding(embed, emb_dev) if isinstance(embed, TernaryTensor)
+                                       else DenseEmbedding(embed.data.to(device=emb_dev, dtype=dtype)))
+        if placement is not None:
+            self.embed = placement.wrap_embedding(self.embed)
         self.embed_rotated = "model.embed_tokens.weight" in inverse
         use_fla = device.type == "cuda" and deltanet.fla_available()
         # Triton RMSNorm / fused residual / SwiGLU epilogues: default on CUDA (fewer launches per step)
@@ -397,19 +408,31 @@ class Qwen35Model(torch.nn.Module):
             else:
                 mixer = GatedAttentionBlock(config, i, n_full, tensors, make, norm, folded)
                 n_full += 1
-            layers.append(Qwen35Layer(config, i, mixer, tensors, make, norm, folded, fused))
+            layer: torch.nn.Module = Qwen35Layer(config, i, mixer, tensors, make, norm, folded, fused)
+            if placement is not None:
+                if placement.layer_device(i) != device:
+                    raise UnsupportedModelError(
+                        "this plan computes some layers on the CPU, which the hybrid (qwen35) model does not "
+                        "support; use streamed offload (the default) or --device cpu")
+                layer = placement.wrap_layer(i, layer)
+            layers.append(layer)
             if progress is not None:
                 progress("preparing weights", (i + 1) / (config.num_layers + 1))
         self.layers = torch.nn.ModuleList(layers)
         self.n_linear, self.n_full = n_lin, n_full
         self.register_buffer("final_norm", norm("model.norm.weight"), persistent=False)
         self.tied = config.tie_word_embeddings
-        self.lm_head = make(embed if self.tied else tensors["lm_head.weight"])
+        head_dev = placement.lm_head_device() if placement is not None else device
+        self.lm_head = make_for(head_dev)(embed if self.tied else tensors["lm_head.weight"])
+        if placement is not None:
+            self.lm_head = placement.wrap_lm_head(self.lm_head)
         self.lm_head_folded = ("lm_head.weight" in folded) or (self.tied and self.embed_rotated)
         self.kv_dtype = kv_dtype or dtype
         self.rope = RotaryTables(config, max_positions, device)
         self.cache = KVCache(n_full, config.num_kv_heads, max_positions, config.head_dim, self.kv_dtype, device)
         self.state = self._new_state()
+        if placement is not None:
+            placement.finish()
         if progress is not None:
             progress("preparing weights", 1.0)
 

@@ -43,11 +43,16 @@ SHAPES = [
     (37, 128, 128, 5),
     (6, 256, 256, 70),  # TQ2_0 g256, more than one 32-token tile
     (33, 96, 32, 2),
+    (20, 48, 16, 1),  # one word per group (odd word count in the decode loop)
+    (20, 48, 16, 9),
 ]
 
 
-@pytest.mark.parametrize("backend", ["cpu_ternary", "cpu_int4"])
-@pytest.mark.parametrize(("rows", "cols", "group", "batch"), SHAPES)
+CASES = [(b, *shape) for b in ("cpu_ternary", "cpu_int4") for shape in SHAPES
+         if b == "cpu_ternary" or shape[2] >= 32]  # torch's int4 kernel has no group 16
+
+
+@pytest.mark.parametrize(("backend", "rows", "cols", "group", "batch"), CASES)
 def test_cpu_backend_matches_dense(backend: str, rows: int, cols: int, group: int, batch: int) -> None:
     t = random_ternary(f"w{rows}x{cols}", (rows, cols), seed=3, group_size=group)
     x = torch.randn(batch, cols, generator=torch.Generator().manual_seed(rows + cols))
@@ -84,7 +89,7 @@ def test_cpu_ternary_t3_leading_dims_dtypes_and_rows() -> None:
     assert yh.dtype == torch.bfloat16
     xt = torch.randn(640, 4).t()  # non-contiguous input
     assert torch.equal(CpuTernaryLinear(t2)(xt), CpuTernaryLinear(t2)(xt.contiguous()))
-    # embedding rows straight from the planes equal the dequantized rows exactly
+    # embedding rows straight from the codes equal the dequantized rows exactly
     ids = torch.tensor([[0, 95], [17, 17]])
     rows = CpuTernaryLinear(t2).rows(ids)
     assert rows.shape == (2, 2, 640)
@@ -93,7 +98,7 @@ def test_cpu_ternary_t3_leading_dims_dtypes_and_rows() -> None:
         CpuTernaryLinear(t2).rows(torch.tensor([96]))
 
 
-def test_cpu_ternary_rows_with_code_three() -> None:
+def test_cpu_ternary_rows_with_code_three_and_g16() -> None:
     codes = torch.full((4, 32), 3, dtype=torch.uint8)
     codes[:, ::3] = 0
     t = TernaryTensor((4, 32), 16, pack_t2(codes), torch.full((4, 2), 0.5, dtype=torch.float16), T2)
@@ -104,8 +109,10 @@ def test_cpu_ternary_is_the_default_cpu_backend() -> None:
     assert linear.default_backend(torch.device("cpu")) == "cpu_ternary"
     w = linear.prepare_linear(random_ternary("d", (32, 128)), "cpu")
     assert w.backend == "cpu_ternary"
-    # 2 bits per weight (bit planes) + fp16 scale per group of 128
+    # the t2 codes (2 bits per weight) + fp16 scale per group of 128, used in place
     assert w.nbytes == 32 * 128 // 4 + 32 * 1 * 2
+    t = random_ternary("z", (64, 256))
+    assert CpuTernaryLinear(t).codes.data_ptr() == t.codes.data_ptr()  # no copy of t2 codes
     assert kernel_isa() in (0, 256, 512)
 
 
@@ -125,3 +132,13 @@ def test_cpu_backends_refuse_bad_input() -> None:
         CpuTernaryLinear(t)(torch.randn(1, 64))
     with pytest.raises(ValueError, match="divisible by 16"):
         CpuTernaryLinear(random_ternary("g8", (4, 64), group_size=8))
+    with pytest.raises(ValueError, match="group size 32, 64"):
+        CpuInt4Linear(random_ternary("g16", (16, 64), group_size=16))
+
+
+def test_auto_backend_falls_back_to_reference_for_unsupported_layouts() -> None:
+    t = random_ternary("g8auto", (8, 64), group_size=8)  # group 8: no fast CPU backend takes it
+    w = linear.prepare_linear(t, "cpu")
+    assert w.backend == "reference"
+    x = torch.randn(2, 64)
+    _check(t, x, w(x), "cpu_ternary")

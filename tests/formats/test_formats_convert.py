@@ -207,3 +207,19 @@ def test_conversion_peak_memory_is_about_one_tensor(tmp_path):
           f"peak anonymous growth {growth / 2**20:.1f} MiB, {m['seconds']:.2f} s")
     assert growth < 0.6 * size, f"peak grew by {growth / 2**20:.1f} MiB for a {size / 2**20:.1f} MiB model"
     assert growth < largest + 16 * 2**20
+
+
+def test_regroup_makes_g64_and_g128_sources_identical(tmp_path, capsys):
+    """Q2_0 g64 of a g128 model, re-grouped to 128, is byte-identical to the PQ2_0 conversion."""
+    md = synthetic_model(vocab=300, hidden=256, ffn=512, layers=1)  # independent scale per 128-group
+    g64 = write_gguf(md, tmp_path / "g64.gguf", "Q2_0")
+    pq = write_gguf(md, tmp_path / "pq.gguf", "PQ2_0")
+    a, b = tmp_path / "a.ternary", tmp_path / "b.ternary"
+    assert main(["convert", str(g64), "-o", str(a), "--regroup", "128", "--quiet"]) == 0
+    convert(pq, b)
+    ea, eb = TernaryFile(a).entries, TernaryFile(b).entries
+    assert {n: e["checksum"] for n, e in ea.items()} == {n: e["checksum"] for n, e in eb.items()}
+    # merging groups whose scales differ is refused, naming the tensor, and leaves no file
+    c = tmp_path / "c.ternary"
+    assert main(["convert", str(pq), "-o", str(c), "--regroup", "256", "--quiet"]) == 1
+    assert "cannot store group-128 scales in blocks of 256" in capsys.readouterr().err and not c.exists()

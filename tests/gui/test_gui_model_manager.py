@@ -87,6 +87,12 @@ def test_gui_model_manager_downloads_verifies_and_rejects_corrupt_file(qtbot, ma
         assert ModelStore().quarantined()[0]["file"] == "bad.gguf"
         assert dlg.table.item(1, 4).text() == "Not downloaded"
 
+        dlg.select_key(("tiny-good", "good.gguf"))
+        assert dlg.delete_button.isEnabled()
+        dlg.delete_selected(confirm=False)
+        assert ModelStore().installed() == [] and not installed[0].path.exists()
+        assert dlg.table.item(0, 4).text() == "Not downloaded" and w.available_models() == []
+
 
 def test_gui_model_manager_pause_resume_cancel(qtbot, make_window):
     w = make_window(load=False)

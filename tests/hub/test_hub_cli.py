@@ -102,15 +102,17 @@ def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(hub, tmp_path):
     time.sleep(0.2)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=15)
-    # process exit included (interpreter shutdown); the < 1 s cancel itself is test_hub_download's
-    assert time.monotonic() - t0 < 5.0
+    out, err = proc.communicate(timeout=30)
+    # generous: includes interpreter shutdown on a possibly loaded CI machine; the < 1 s cancel
+    # itself is asserted in-process by test_hub_download's cancel tests
+    assert time.monotonic() - t0 < 15.0
     assert proc.returncode == 130, err
     assert "cancelled" in err and "resume" in err
-    assert next(partial_dir.glob("*.part")).stat().st_size == 100_000
+    kept = next(partial_dir.glob("*.part")).stat().st_size
+    assert 90_000 <= kept <= 100_000  # everything received before Ctrl-C (the server stalls at 100 kB)
     f.stall_after = None
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "resumed from byte 100000" in done.stdout
+    assert f"resumed from byte {kept}" in done.stdout
     installed = Path(done.stdout.split("installed: ")[1].split("\n")[0])
     assert installed.read_bytes() == content

@@ -72,3 +72,14 @@ def test_hybrid_rotated_gguf_keeps_rotation(tmp_path):
     stripped.name = "Ternary-Bonsai-2-tiny"
     with pytest.raises(Exception, match="prism.hadamard"):
         logits(stripped)
+
+
+def test_hybrid_rotated_model_survives_ternary_file(tmp_path):
+    """.ternary keeps the hybrid's layout and the rotation (signs come back from the JSON header)."""
+    from runtime.formats.ternary_file import read_ternary, write_model
+
+    hf, data = rotated_pair("gqa_3x", 16, grouped=False)
+    path = write_model(data, tmp_path / "rot.ternary")
+    back = read_ternary(path)
+    assert back.config.hadamard is not None and not back.config.hadamard.gdn_v_grouped
+    assert (logits(back) - logits(data)).abs().max().item() < 1e-5

@@ -101,3 +101,57 @@ def test_hybrid_27b_state_and_kv_sizes():
     conv = 48 * 3 * (2 * 16 * 128 + 48 * 128) * 2
     assert state_bytes(cfg, conv_dtype_bytes=2) == rec + conv
     assert rec == 144 * 2**20
+
+
+class _Counting(torch.nn.Module):
+    """Stands in for offload wrappers: forwards any call signature unchanged."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, *args, **kwargs):
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+
+class _FakePlacement:
+    """The runtime.offload.Placement interface the model builder uses, all on the CPU."""
+
+    def __init__(self, cpu_layer: int | None = None) -> None:
+        self.finished, self.cpu_layer = False, cpu_layer
+
+    def layer_device(self, i):
+        return torch.device("meta" if i == self.cpu_layer else "cpu")
+
+    def embedding_device(self):
+        return torch.device("cpu")
+
+    def lm_head_device(self):
+        return torch.device("cpu")
+
+    def wrap_layer(self, i, block):
+        return _Counting(block)
+
+    def wrap_embedding(self, embed):
+        return embed
+
+    def wrap_lm_head(self, head):
+        return _Counting(head)
+
+    def finish(self):
+        self.finished = True
+
+
+def test_hybrid_offload_placement_plumbing(tiny_models):
+    from runtime.errors import UnsupportedModelError
+
+    data = tiny_models["gqa_2x"][1]
+    placement = _FakePlacement()
+    wrapped = Qwen35Model.from_model_data(data, max_positions=64, backend="reference", placement=placement)
+    plain = load(data)
+    with torch.no_grad():
+        assert torch.equal(wrapped(PROMPT[:20], torch.arange(20)), plain(PROMPT[:20], torch.arange(20)))
+    assert placement.finished and all(layer.calls == 1 for layer in wrapped.layers)
+    with pytest.raises(UnsupportedModelError, match="CPU"):
+        Qwen35Model.from_model_data(data, max_positions=64, backend="reference", placement=_FakePlacement(1))
