@@ -144,7 +144,7 @@ def smoke_test(app: object, window: object, model: str | None, log_path: str) ->
         path = os.path.abspath(model)
         window.settings.set_sampling(model_key(path), SamplingSettings(max_new_tokens=8, seed=0))
         window.modelLoaded.connect(lambda info: window.send("Hello"))
-        window.worker.loadFailed.connect(lambda _p, msg: finish("load failed: " + msg))
+        window.modelLoadFailed.connect(lambda msg: finish("load failed: " + msg))
         window.generationFinished.connect(
             lambda _rid: finish("error: " + window.last_error if window.last_error else "reply generated"))
         window.load_model(path)

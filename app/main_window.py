@@ -95,6 +95,7 @@ class MainWindow(QMainWindow):
     """Top-level window. ``settings_path``/``store`` let tests and scripts use isolated files."""
 
     modelLoaded = Signal(dict)
+    modelLoadFailed = Signal(str)  # the message shown to the user
     generationFinished = Signal(int)
 
     def __init__(self, settings: AppSettings | None = None, store: HistoryStore | None = None,
@@ -593,6 +594,7 @@ class MainWindow(QMainWindow):
         self.status_label.setText(self.tr("No model loaded"))
         self.show_error(self.tr("Could not load the model: %1").replace("%1", message))
         self._update_state()
+        self.modelLoadFailed.emit(message)
 
     def import_model(self, path: str) -> bool:
         """Remember a local .gguf/.ternary file or HF folder and load it in place."""

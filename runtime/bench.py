@@ -209,7 +209,7 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
     if device.type == "cuda" and notes:
         torch.cuda.reset_peak_memory_stats(device)
     if device.type == "cuda" and max_vram is not None:
-        res["memory_fraction"] = enforce_max_vram(max_vram, device)
+        res["memory_fraction"] = enforce_max_vram(max_vram, device, plan.predicted.cuda_context)
     ids = torch.tensor(prompt, dtype=torch.long, device=device)
     settings = GenerationSettings(temperature=0.0, max_new_tokens=gen)
     def fwd(t: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -361,6 +361,7 @@ def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_to
     from runtime import devices
     from runtime.planner import plan_for_this_machine
 
+    used_before = devices.nvml_used_bytes(0)  # before this process creates a CUDA context
     rep = devices.detect()
     dev = torch.device(rep.best if device == "auto" else device)
     if dev.type == "cuda" and dev.index is None:
@@ -385,7 +386,8 @@ def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_to
     if plan.context_length < prompt_tokens + gen:
         raise ValueError(f"the plan's context ({plan.context_length}) is shorter than prompt + generated tokens")
     if dev.type == "cuda":
-        out["device_used_before_bytes"] = device_used_bytes(dev.index or 0)
+        out["device_used_before_bytes"] = used_before  # NVML, other processes only (None without NVML)
+        out["device_used_with_context_bytes"] = device_used_bytes(dev.index or 0)
     out["ours"] = bench_ours(md, dev, plan, prompt, gen, runs, max_vram)
     kvpt = kv_bytes_per_token(md.config, plan.kv_dtype)
     if dev.type == "cuda":

@@ -61,7 +61,7 @@ FALLBACK_CHATML_TEMPLATE = (
 )
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds activation memory for long prompts
-CPU_DEFAULT_MAX_CONTEXT = 8192  # CPU prefill runs at tens of tok/s: more context is rarely usable
+CPU_DEFAULT_MAX_CONTEXT = 4096  # CPU prefill runs at tens of tok/s: a longer prompt takes minutes
 CPU_KV_RAM_FRACTION = 0.25  # at most this share of available RAM goes to the CPU KV cache
 CTX_ALIGN = 256
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
@@ -212,8 +212,12 @@ class Engine:
     def close(self) -> None:
         """Release the model and cache (the engine is unusable afterwards)."""
         self.model = None  # type: ignore[assignment]
+        self._decoder = None  # its step closure and captured graphs hold the model's buffers
         self._cached_tokens = []
         if self.device.type == "cuda":
+            import gc
+
+            gc.collect()
             torch.cuda.empty_cache()
 
     # ------------------------------------------------------------------ settings and prompts

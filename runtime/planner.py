@@ -31,9 +31,15 @@ from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor
 from runtime.model.config import ModelConfig
 
 CTX_ALIGN = 256
-# Torch + cuBLAS + loaded Triton modules, outside max_memory_allocated. Measured on an H200 with
-# torch 2.11/CUDA 13 (see docs/planner.md); consumer cards with older drivers are similar.
+# Device memory outside torch's allocator (CUDA context, cuBLAS workspace, loaded Triton/CUDA
+# modules). For a card we cannot see (--gpu-memory) a typical consumer figure; for a real card
+# CONTEXT_BYTES_PER_SM x its multiprocessors (measured on an H200, 132 SMs, torch 2.11 + CUDA 13:
+# device-used minus torch-reserved = 1.32-1.35 GiB; the per-SM scaling to other cards is an estimate).
 DEFAULT_CUDA_CONTEXT_BYTES = 500 * MiB
+CONTEXT_BYTES_PER_SM = int(10.3 * MiB)
+# Allocations above the modelled buffers seen on the H200 (first-use kernel tuning, graph pool,
+# allocator rounding): 215-245 MiB for Bonsai-8B at 4K-32K context.
+ALLOCATOR_SLACK_BYTES = 240 * MiB
 DEFAULT_PREFILL_CHUNK = 512
 KV_DTYPES = {"fp16": 2, "bf16": 2, "int8": 1}
 OFFLOAD_MODES = ("none", "stream", "cpu")
@@ -202,7 +208,8 @@ def _layer_is_attention(cfg: ModelConfig, i: int) -> bool:
 
 def workspace_bytes(cfg: ModelConfig, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, largest_matrix_elems: int = 0) -> int:
     """Transient buffers: prefill activations for one chunk, a dequantized-matrix scratch for the
-    prefill GEMM, last-token logits and the GPU sampler's sort buffers, plus allocator slack.
+    prefill GEMM, last-token logits and the GPU sampler's sort buffers, plus the allocator slack
+    measured on the H200 (:data:`ALLOCATOR_SLACK_BYTES`).
     """
     h, ffn = cfg.hidden_size, cfg.intermediate_size
     q_out = cfg.num_heads * cfg.head_dim * (2 if cfg.attn_output_gate else 1)
@@ -214,7 +221,7 @@ def workspace_bytes(cfg: ModelConfig, prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     # the prefill GEMM dequantizes a matrix (in row chunks of <= 64 MiB) into a reused fp16 buffer
     prefill = prefill_chunk * per_token + min(2 * largest_matrix_elems, 64 * MiB)
     sampler = cfg.vocab_size * (4 * 4 + 4 + 8)  # fp32 logits/probs/noise/work, counts, sorted idx
-    return prefill + sampler + 16 * MiB
+    return prefill + sampler + ALLOCATOR_SLACK_BYTES
 
 
 # ----------------------------------------------------------------------------------------------
@@ -613,6 +620,35 @@ def _plan_host(s: ModelSizes, device: str, cap: int, kv_dtype: str, ws: int, hos
     )
 
 
+def fallback_plan(model: ModelData | ModelConfig | ModelSizes, plan: Plan, **kw: Any) -> Plan:
+    """The next smaller plan after an out-of-memory error with ``plan``.
+
+    First the context halves (down to 2048 tokens); after that the same budget is planned again
+    with 15% of it held back, which moves more onto the host. ``kw`` are the ``plan_memory``
+    arguments the first plan was made with (``device``, ``kv_dtype``, costs...). Raises
+    :class:`OutOfMemoryError` when nothing smaller exists. The engine calls this, rebuilds, and
+    tells the user what changed (the new plan's last reason says it).
+    """
+    kw = dict(kw)
+    kw.pop("ctx_cap", None)
+    kw.setdefault("kv_dtype", plan.kv_dtype)
+    kw.setdefault("device", plan.device)
+    kw.pop("max_vram", None)
+    if plan.context_length >= 2 * 2048:
+        ctx = plan.context_length // 2 // CTX_ALIGN * CTX_ALIGN
+        new = plan_memory(model, plan.budget_bytes, ctx_cap=ctx, min_context=min(ctx, 4096), **kw)
+        new.reasons.append(f"Out of memory with {plan.context_length} tokens of context: retrying with {new.context_length}.")
+        return new
+    budget = int(plan.budget_bytes * 0.85)
+    new = plan_memory(model, budget, ctx_cap=plan.context_length, min_context=min(plan.context_length, 4096), **kw)
+    if new.layers_on_cpu <= plan.layers_on_cpu and new.context_length >= plan.context_length:
+        raise OutOfMemoryError(f"out of device memory and no smaller plan exists (context {plan.context_length}, "
+                               f"{plan.layers_on_cpu} layers already on the CPU)")
+    new.reasons.append(f"Out of memory: planned again for {format_bytes(budget)} (85% of the budget), "
+                       f"{new.layers_on_cpu} layers on the CPU.")
+    return new
+
+
 def plan_for_this_machine(model: ModelData | ModelConfig | ModelSizes, *, device: str = "auto",
                           max_vram: int | None = None, gpu_memory: int | None = None, **kw: Any) -> Plan:
     """Plan against the real hardware (or a hypothetical ``gpu_memory`` card); what the CLI/GUI call."""
@@ -629,9 +665,17 @@ def plan_for_this_machine(model: ModelData | ModelConfig | ModelSizes, *, device
         if gpu is None:
             raise OutOfMemoryError(f"no CUDA device {device} on this machine")
         usable = gpu.free_bytes + _own_cuda_usage(idx)
+        # --max-vram emulates a smaller card: charge that card's typical context, not this one's
+        kw.setdefault("cuda_context_bytes", DEFAULT_CUDA_CONTEXT_BYTES if max_vram is not None
+                      else cuda_context_estimate(gpu.multiprocessors))
         return plan_memory(model, usable, device=f"cuda:{idx}", max_vram=max_vram,
                            host_memory=rep.ram_available_bytes, **kw)
     return plan_memory(model, None, device=device if device != "mps" else "mps", host_memory=rep.ram_available_bytes, **kw)
+
+
+def cuda_context_estimate(multiprocessors: int) -> int:
+    """Non-torch device memory of a real card: per-SM scaling of the H200 measurement, >= 500 MiB."""
+    return max(DEFAULT_CUDA_CONTEXT_BYTES, multiprocessors * CONTEXT_BYTES_PER_SM)
 
 
 def _own_cuda_usage(index: int) -> int:

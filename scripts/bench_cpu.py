@@ -171,14 +171,36 @@ def worker_llama(path: Path, args: argparse.Namespace, decode_tokens: int, runs_
             "weight_bytes": path.stat().st_size, "peak_rss": _peak_rss(), "threads": args.threads}
 
 
+def _raise_priority() -> str:
+    """Best effort: top scheduling priority for this process's autogroup and threads (needs root or
+    CAP_SYS_NICE). On a machine shared with other work this keeps their load out of the timings."""
+    done = []
+    try:
+        if os.getsid(0) != os.getpid():
+            raise OSError("not a session leader: the autogroup is shared with the caller")
+        with open("/proc/self/autogroup", "w", encoding="ascii") as f:
+            f.write("-20")
+        done.append("autogroup nice -20")
+    except OSError:
+        pass
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -20)
+        done.append("nice -20")
+    except OSError:
+        pass
+    return ", ".join(done) or "not raised (no permission)"
+
+
 def run_worker(args: argparse.Namespace) -> int:
     system, path = args.worker, Path(args.file)
+    priority = _raise_priority() if args.priority else "normal"
     if system == "ours":
         res = worker_ours(path, args)
     elif system == "llama:Q2_0":
         res = worker_llama(path, args, args.q2_decode_tokens, args.q2_runs)
     else:
         res = worker_llama(path, args, args.decode_tokens, args.runs)
+    res["priority"] = priority
     print("RESULT " + json.dumps(res), flush=True)
     return 0
 
@@ -253,12 +275,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default="/tmp/ternary-bench-cpu")
     ap.add_argument("--no-tie-scales", dest="tie_scales", action="store_false")
     ap.add_argument("--linear", help="only time the per-token matmuls of these backends (comma list)")
+    ap.add_argument("--priority", action="store_true",
+                    help="run each engine at top scheduling priority (shared machines; needs root/CAP_SYS_NICE)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--file", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         return run_worker(args)
     if args.linear:
+        if args.priority and os.getsid(0) != os.getpid():  # re-run in a session (autogroup) of its own
+            return subprocess.run([sys.executable, *sys.argv], start_new_session=True).returncode
+        if args.priority:
+            print(f"# priority: {_raise_priority()}", flush=True)
         return bench_linear(args)
     args.systems = [s.strip() for s in args.only.split(",") if s.strip()]
     for s in args.systems:
@@ -279,7 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         load_before = os.getloadavg()[0]
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", system, "--file", str(files[system]),
                *passthrough]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        if args.priority:
+            cmd.append("--priority")
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                              start_new_session=True)  # own session -> own scheduler autogroup
         line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
         if proc.returncode != 0 or line is None:
             print(f"# {system}: FAILED (exit {proc.returncode})\n{proc.stderr[-2000:]}", flush=True)
@@ -291,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         med = _summary(res)
         print(f"# {system}: prefill {med['prefill_tok_s']:.1f} tok/s, decode {med['decode_tok_s']:.2f} tok/s, "
               f"peak RSS {res['peak_rss'] / 2**20:.0f} MiB, load {res['load_s']:.1f} s, backend {res['backend']}, "
-              f"load avg {load_before:.1f}->{res['load_avg_after']:.1f}; all decode "
+              f"load avg {load_before:.1f}->{res['load_avg_after']:.1f}, priority {res['priority']}; all decode "
               f"{[round(r['decode_tok_s'], 2) for r in res['runs']]}", flush=True)
 
     print("\n| engine | weights | prefill tok/s | decode tok/s | peak RSS | load avg (1 min) |")

@@ -86,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     from runtime.generation import DoneEvent, NoticeEvent, TextEvent
 
     settings = settings_from_args(args)
-    engine = load_engine(args, quiet=args.json)
     if args.chat:
         messages = ([{"role": "system", "content": args.system}] if args.system else [])
         messages.append({"role": "user", "content": args.prompt})
@@ -95,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         if args.system:
             raise ValueError("--system needs --chat (a raw prompt has no roles)")
         request = args.prompt
+    engine = load_engine(args, quiet=args.json)
     done = None
     channel = "answer"
     for ev in engine.generate(request, settings):

@@ -40,7 +40,33 @@ def model_sizes_for(args: argparse.Namespace) -> Any:
 
         cfg = synthetic_config(args.synthetic)
         return ModelSizes.from_config(cfg, encoding=T3 if args.synthetic.endswith("ptq1") else T2)
-    return ModelSizes.from_model_data(load_model_data(args.model))
+    return sizes_from_file(args.model)
+
+
+def sizes_from_file(path: str) -> Any:
+    """ModelSizes from a model file's header only (no tensor data is read)."""
+    from runtime.formats.loader import open_source
+    from runtime.formats.model_data import t3_bytes_per_group
+    from runtime.planner import ModelSizes
+
+    src = open_source(path)
+    try:
+        sizes: dict[str, tuple[int, int]] = {}
+        for name in src.tensor_names():
+            spec = src.tensor_spec(name)
+            elems = 1
+            for d in spec.shape:
+                elems *= d
+            if spec.encoding in ("t2", "t3"):
+                rows, cols = spec.shape
+                groups = cols // spec.group_size
+                codes = rows * (cols // 4 if spec.encoding == "t2" else groups * t3_bytes_per_group(spec.group_size))
+                sizes[name] = (codes + rows * groups * 2, elems)
+            else:
+                sizes[name] = (elems * (4 if spec.encoding == "f32" else 2), elems)
+        return ModelSizes.from_tensor_sizes(src.config, sizes)
+    finally:
+        src.close()
 
 
 def load_model_data(path: str) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 
 from runtime.formats import qwen35_names as q
 from runtime.formats.arch import ArchSpec, register_arch
+from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS, _split_then_bytelevel
 from runtime.formats.model_data import Tensor
 from runtime.model.config import ModelConfig
 
@@ -133,6 +134,16 @@ def tensor_from_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> Tensor:
 
 def tensor_to_gguf(hf_name: str, t: Tensor, config: ModelConfig) -> tuple[str, Tensor]:
     return q.tensor_to_gguf(hf_name, t, config)
+
+
+# Qwen3.5's vocabulary splits like Qwen2 but keeps combining marks (\p{M}) with letters; llama.cpp
+# names it tokenizer.ggml.pre = "qwen35" (regex from llama.cpp's llama-vocab.cpp, i.e. the original
+# tokenizer.json pattern; NFC normaliser as in Qwen2's tokenizer.json).
+QWEN35_REGEX = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+PRE_TOKENIZERS.setdefault("qwen35", ({"type": "NFC"}, _split_then_bytelevel(QWEN35_REGEX), False))
 
 
 class _Qwen35Spec(ArchSpec):

@@ -225,7 +225,7 @@ class GatedAttentionBlock(torch.nn.Module):
     """Token mixer of a full-attention layer (HF ``Qwen3_5Attention`` with the output gate)."""
 
     def __init__(self, config: ModelConfig, layer: int, slot: int, tensors: dict, make: Callable[..., torch.nn.Module],
-                 norm: Callable[[str], torch.Tensor], folded: set[str]) -> None:
+                 norm: Callable[[str], torch.Tensor], folded: set[str], fused: bool = False) -> None:
         super().__init__()
         p = f"model.layers.{layer}.self_attn."
         self.slot = slot
@@ -242,8 +242,8 @@ class GatedAttentionBlock(torch.nn.Module):
         self.o_name = p + "o_proj.weight"
         self.o_folded = self.o_name in folded
         self.o_proj = make(tensors[self.o_name])
-        self.register_buffer("q_norm", norm(p + "q_norm.weight"), persistent=False)
-        self.register_buffer("k_norm", norm(p + "k_norm.weight"), persistent=False)
+        self.q_norm = _Norm(norm(p + "q_norm.weight"), self.eps, fused)
+        self.k_norm = _Norm(norm(p + "k_norm.weight"), self.eps, fused)
 
     def forward(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
                 cache: KVCache, kv_len: int | None, mask: torch.Tensor | None,
@@ -255,8 +255,8 @@ class GatedAttentionBlock(torch.nn.Module):
         if self.gated:
             qg = q.view(t, self.nh, 2 * self.hd)
             q, gate = qg[..., :self.hd], qg[..., self.hd:].reshape(t, self.nh * self.hd)
-        q = rms_norm(q.reshape(t, self.nh, self.hd), self.q_norm, self.eps)
-        k = rms_norm(k.view(t, self.nkv, self.hd), self.k_norm, self.eps)
+        q = self.q_norm(q.reshape(t, self.nh, self.hd))
+        k = self.k_norm(k.view(t, self.nkv, self.hd))
         v = v.view(t, self.nkv, self.hd)
         r = self.rot_dim
         q = torch.cat([apply_rope(q[..., :r], cos, sin), q[..., r:]], dim=-1)
@@ -321,7 +321,7 @@ class Qwen35Model(torch.nn.Module):
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
                  progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None,
-                 fused_kernels: bool | None = None, placement: Any = None) -> None:
+                 fused_kernels: bool | None = None, placement: Any = None, use_fla: bool | None = None) -> None:
         """``placement`` (a :class:`runtime.offload.Placement`): streamed layers and a host-side
         embedding / LM head are supported; CPU-computed layers are not (the DeltaNet state and the
         rotation live on the GPU), and are refused."""
@@ -385,7 +385,8 @@ class Qwen35Model(torch.nn.Module):
         if placement is not None:
             self.embed = placement.wrap_embedding(self.embed)
         self.embed_rotated = "model.embed_tokens.weight" in inverse
-        use_fla = device.type == "cuda" and deltanet.fla_available()
+        # fla-core Triton kernels for the recurrence on CUDA when installed (None = auto)
+        use_fla = device.type == "cuda" and (deltanet.fla_available() if use_fla is None else use_fla)
         # Triton RMSNorm / fused residual / SwiGLU epilogues: default on CUDA (fewer launches per step)
         fused = device.type == "cuda" if fused_kernels is None else fused_kernels
         if fused:
@@ -406,7 +407,7 @@ class Qwen35Model(torch.nn.Module):
                 mixer = GatedDeltaNetBlock(config, i, n_lin, tensors, make, dense, folded, use_fla, dtype, fused)
                 n_lin += 1
             else:
-                mixer = GatedAttentionBlock(config, i, n_full, tensors, make, norm, folded)
+                mixer = GatedAttentionBlock(config, i, n_full, tensors, make, norm, folded, fused)
                 n_full += 1
             layer: torch.nn.Module = Qwen35Layer(config, i, mixer, tensors, make, norm, folded, fused)
             if placement is not None:

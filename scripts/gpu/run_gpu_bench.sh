@@ -6,9 +6,15 @@
 #   from the source carried in .llamacpp/src) on the same weights written as GGUF Q2_0 g64.
 # Stages run in priority order and are skipped once DEADLINE seconds have passed, so a short
 # device lease still returns the most important numbers.
-# Usage (device machine, repo root): DEADLINE=380 bash scripts/gpu/run_gpu_bench.sh
+# Usage (device machine, repo root, carry .llamacpp): DEADLINE=540 bash scripts/gpu/run_gpu_bench.sh
+#   LLAMA_ONLY=1 LLAMA_JOBS=16 DEADLINE=560 ...: only build llama.cpp (~285 objects; 138 took ~250 s
+#   at -j12 next to our benchmark) and run llama-bench on the same synthetic weights.
+#   NO_LLAMA=1: skip llama.cpp entirely.
+# The device tool returns at most 8 files: everything is written under $OUT/r and packed into
+# $OUT/results.tgz at the end; the summary tables are printed last.
 set -uo pipefail
-OUT=${OUT:-/tmp/gpu_bench_out}
+FINAL=${OUT:-/tmp/gpu_bench_out}
+OUT=$FINAL/r
 mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-540}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
@@ -24,14 +30,14 @@ have() { [ "$(left)" -gt "$1" ]; }  # at least $1 seconds left?
 
 # ---- llama.cpp build in the background (CPU only, niced, 12 of 16 cores)
 if [ -d .llamacpp/src ] && [ -z "${NO_LLAMA:-}" ]; then
-  ( if [ ! -x $BUILD/bin/llama-bench ]; then
+  ( trap - INT TERM; if [ ! -x $BUILD/bin/llama-bench ]; then
       nice -n 19 cmake -S .llamacpp/src -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
         -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF \
         > "$OUT/llama_cmake.log" 2>&1 &&
-      nice -n 19 cmake --build $BUILD --target llama-bench -j 12 > "$OUT/llama_build.log" 2>&1
-    fi; echo "build rc=$? at $(el)s" >> "$OUT/llama_build.log" ) &
-  BUILD_PID=$!
+      nice -n 19 cmake --build $BUILD --target llama-bench -j ${LLAMA_JOBS:-12} > "$OUT/llama_build.log" 2>&1
+    fi; echo "build rc=$? at $(el)s" >> "$OUT/llama_build.log" ) > /dev/null 2>&1 < /dev/null &
+  BUILD_PID=$!  # its output goes to files only, so it never holds the caller's pipe open
 fi
 
 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -46,12 +52,16 @@ for m in bonsai-8b bonsai-1.7b bonsai-4b; do
   fi
 done
 
+# LLAMA_ONLY=1: skip our stages (build llama.cpp with all cores, write the GGUFs, run llama-bench)
+if [ -n "${LLAMA_ONLY:-}" ]; then stamp "LLAMA_ONLY: waiting for the build"; wait "$BUILD_PID"; fi
+
 # ---- correctness on the GPU
-timeout 100 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_engine.py > "$OUT/test_gpu_engine.log" 2>&1
+[ -z "${LLAMA_ONLY:-}" ] && timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_engine.py > "$OUT/test_gpu_engine.log" 2>&1
 stamp "gpu engine tests rc=$?"; tail -12 "$OUT/test_gpu_engine.log"
 
 bench() {  # name, json, timeout, extra args...
   local m=$1 js=$2 to=$3; shift 3
+  [ -n "${LLAMA_ONLY:-}" ] && return
   if ! have "$to"; then stamp "skip $js (time)"; return; fi
   timeout "$to" python3 -m runtime.cli.bench --synthetic "$m" --cache-dir $SYN --ctx 4096 --prompt-tokens 512 \
     --json "$OUT/$js.json" "$@" > "$OUT/$js.log" 2>&1
@@ -84,5 +94,12 @@ if [ -n "${BUILD_PID:-}" ]; then
   done
 fi
 
-python3 scripts/gpu/gpu_bench_summary.py "$OUT" | tee "$OUT/summary.md"
+if [ -n "${BUILD_PID:-}" ] && kill -0 "$BUILD_PID" 2>/dev/null; then
+  stamp "llama.cpp build unfinished ($(tail -1 "$OUT/llama_build.log" 2>/dev/null | cut -c1-60)); stopping it"
+  pkill -TERM -P "$BUILD_PID" 2>/dev/null; kill "$BUILD_PID" 2>/dev/null
+fi
+python3 scripts/gpu/gpu_bench_summary.py "$OUT" > "$OUT/summary.md"
+tail -25 "$OUT/test_gpu_engine.log" 2>/dev/null
+tar czf "$FINAL/results.tgz" -C "$FINAL" r && cp "$OUT/summary.md" "$FINAL/summary.md"
+cat "$OUT/summary.md"
 stamp "done"

@@ -142,3 +142,21 @@ def test_auto_backend_falls_back_to_reference_for_unsupported_layouts() -> None:
     assert w.backend == "reference"
     x = torch.randn(2, 64)
     _check(t, x, w(x), "cpu_ternary")
+
+
+@pytest.mark.parametrize(("flags", "isa"), [(["-mavx2", "-mfma", "-mf16c"], 256), ([], 0)])
+def test_cpu_ternary_other_isa_paths_are_exact(flags: list[str], isa: int) -> None:
+    """The AVX2 and portable-C code paths (used on other CPUs) are as exact as the native one."""
+    from runtime.kernels.cpu_ternary import load_kernel
+
+    lib = load_kernel(flags)
+    assert lib.kernel_isa() == isa
+    gen = torch.Generator().manual_seed(5)
+    codes = torch.randint(0, 4, (37, 320), generator=gen, dtype=torch.uint8)  # incl. code 3
+    t = TernaryTensor((37, 320), 64, pack_t2(codes), (torch.rand(37, 5, generator=gen) * 0.05).half(), T2)
+    w = CpuTernaryLinear(t)
+    w._lib = lib
+    for batch in (1, 2, 9):
+        x = torch.randn(batch, 320, generator=gen)
+        _check(t, x, w(x), "cpu_ternary")
+    assert torch.equal(w.rows(torch.tensor([0, 36])), t.dequantize(torch.float32)[[0, 36]])

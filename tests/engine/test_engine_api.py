@@ -255,3 +255,27 @@ def test_embedding_gathers_exact_rows(encoding):
     emb = TernaryEmbedding(quantize_ternary(w, 128, encoding=encoding)[0], torch.device("cpu"))
     ids = torch.tensor([3, 0, 49, 3])
     assert torch.equal(emb(ids, torch.float32), w[ids])
+
+
+@pytest.mark.parametrize("mode", ["stream", "cpu"])
+def test_model_built_with_an_offload_placement_gives_the_same_logits(tiny_pair, mode):
+    """The placement hook (per-layer devices + wrappers, used for GPU offload) changes no numbers."""
+    import torch
+
+    from runtime.model.qwen3 import Qwen3Model
+    from runtime.offload import Placement
+    from runtime.planner import plan_memory
+
+    data = tiny_pair[1]
+    kw = dict(ctx_cap=256, min_margin_bytes=0, margin_fraction=0.0, prefill_chunk=16, offload_mode=mode)
+    full = plan_memory(data, 2**40, **kw)
+    plan = plan_memory(data, full.predicted.total - 1, **kw)
+    assert plan.layers_on_cpu > 0 and plan.offload_mode == mode
+    ids = torch.arange(20) % 250
+    with torch.inference_mode():
+        ref = Qwen3Model.from_model_data(data, "cpu", max_positions=64)(ids, torch.arange(20), kv_len=20)
+        placed = Qwen3Model.from_model_data(data, "cpu", max_positions=64, placement=Placement(plan, "cpu"))
+        if mode == "stream":
+            assert any(type(m).__name__ == "StreamedLayer" for m in placed.layers)
+        out = placed(ids, torch.arange(20), kv_len=20)
+    assert torch.allclose(out, ref, atol=1e-5)

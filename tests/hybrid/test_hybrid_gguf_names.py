@@ -144,3 +144,22 @@ def test_hybrid_gguf_norm_convention_matters():
         la = Qwen35Model.from_model_data(data, max_positions=32, backend="reference")(PROMPT, torch.arange(30))
         lb = Qwen35Model.from_model_data(wrong, max_positions=32, backend="reference")(PROMPT, torch.arange(30))
     assert (la - lb).abs().max().item() > 0.1
+
+
+def test_hybrid_qwen35_pretokenizer_keeps_combining_marks():
+    """GGUF ``tokenizer.ggml.pre = "qwen35"``: like qwen2, but letters keep their combining marks."""
+    import json
+
+    from tokenizers import Regex, pre_tokenizers
+
+    import runtime.formats.arch_qwen35  # noqa: F401  (registers the "qwen35" pre-tokenizer)
+    from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS
+
+    def split(pre: str, text: str) -> list[str]:
+        regex = PRE_TOKENIZERS[pre][1]["pretokenizers"][0]["pattern"]["Regex"]
+        return [p for p, _ in pre_tokenizers.Split(Regex(regex), "isolated").pre_tokenize_str(text)]
+
+    text = "q\u0301x don't 123"
+    assert split("qwen35", text)[0] == "q\u0301x"
+    assert split("qwen2", text)[0] == "q"
+    assert json.dumps(PRE_TOKENIZERS["qwen35"][0]) == '{"type": "NFC"}'

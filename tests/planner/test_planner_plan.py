@@ -172,3 +172,43 @@ def test_cli_plan_text_and_errors(capsys):
     assert main(["plan", "--synthetic", "bonsai-8b", "--gpu-memory", "lots"]) == 1
     assert "cannot parse byte size" in capsys.readouterr().err
     assert main(["plan", "--synthetic", "bonsai-99b", "--gpu-memory", "8GiB"]) == 1
+
+
+def test_context_estimate_scales_with_sms_and_has_a_floor():
+    from runtime.planner import cuda_context_estimate
+
+    assert 1.30 * GiB < cuda_context_estimate(132) < 1.36 * GiB  # the H200 measurement
+    assert cuda_context_estimate(24) == DEFAULT_CUDA_CONTEXT_BYTES
+
+
+def test_fallback_plan_shrinks_context_then_offloads():
+    from runtime.planner import fallback_plan
+
+    cfg = SYNTHETIC_CONFIGS["bonsai-8b"]
+    p = plan_memory(cfg, 8 * GiB, device="hypothetical")
+    assert p.context_length >= 8192 and p.layers_on_cpu == 0
+    q = fallback_plan(cfg, p)
+    assert q.context_length <= p.context_length // 2 and q.layers_on_cpu == 0
+    assert "Out of memory" in q.reasons[-1]
+    small = plan_memory(cfg, 3 * GiB, device="hypothetical", ctx_cap=2048)
+    r = fallback_plan(cfg, small)
+    assert r.layers_on_cpu > small.layers_on_cpu or r.embedding_device == "cpu"
+    assert r.predicted.total <= small.budget_bytes * 0.85
+    tiny = plan_memory(cfg, 1 * GiB, device="hypothetical", ctx_cap=256)
+    with pytest.raises(OutOfMemoryError):
+        fallback_plan(cfg, fallback_plan(cfg, tiny))
+
+
+def test_plan_sizes_from_a_file_header(tmp_path, capsys):
+    from runtime.cli import main
+    from runtime.cli.plan import sizes_from_file
+    from runtime.formats.ternary_file import write_model
+
+    md = tiny_model_data(layers=3, dense=False)
+    md.tokenizer = None
+    path = write_model(md, tmp_path / "tiny.ternary")
+    s = sizes_from_file(str(path))
+    assert s.total_bytes == ModelSizes.from_model_data(md).total_bytes
+    assert main(["plan", str(path), "--gpu-memory", "1GiB", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["layers_on_gpu"] == 3 and d["context_length"] == md.config.max_position_embeddings
