@@ -264,13 +264,14 @@ def test_model_built_with_an_offload_placement_gives_the_same_logits(tiny_pair, 
 
     from runtime.model.qwen3 import Qwen3Model
     from runtime.offload import Placement
-    from runtime.planner import plan_memory
+    from runtime.planner import ModelSizes, plan_memory
 
-    data = tiny_pair[1]
+    data = tiny_pair[1]  # untied: the embedding leaves the GPU first, then layers
     kw = dict(ctx_cap=256, min_margin_bytes=0, margin_fraction=0.0, prefill_chunk=16, offload_mode=mode)
     full = plan_memory(data, 2**40, **kw)
-    plan = plan_memory(data, full.predicted.total - 1, **kw)
-    assert plan.layers_on_cpu > 0 and plan.offload_mode == mode
+    sizes = ModelSizes.from_model_data(data)
+    plan = plan_memory(data, full.predicted.total - sizes.embedding_bytes - 1, **kw)
+    assert plan.layers_on_cpu > 0 and plan.offload_mode == mode and plan.embedding_device == "cpu"
     ids = torch.arange(20) % 250
     with torch.inference_mode():
         ref = Qwen3Model.from_model_data(data, "cpu", max_positions=64)(ids, torch.arange(20), kv_len=20)
