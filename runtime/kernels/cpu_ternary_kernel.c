@@ -65,7 +65,7 @@ static inline __m512 group_table(uint16_t h) {
 static inline __m512 weights16(uint32_t word, __m512 table) {
     const __m512i shifts = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     __m512i idx = _mm512_srlv_epi32(_mm512_set1_epi32((int)word), shifts);
-    return _mm512_permutexvar_ps(idx, table);
+    return _mm512_permutevar_ps(table, idx);  /* in-lane vpermilps: index bits 1:0 = the code */
 }
 
 /* R rows x T tokens register block over all K */
