@@ -8,7 +8,7 @@ Markdown (code blocks, tables, lists) goes through ``QTextDocument.setMarkdown``
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QTextOption
 from PySide6.QtWidgets import (
     QFrame,
@@ -124,6 +124,27 @@ class MessageWidget(QFrame):
         self._render_timer.timeout.connect(self.render)
         self.render()
 
+    def retranslate(self) -> None:
+        """Re-set the fixed texts after a language switch (message text and stats stay as written)."""
+        user = self.role == "user"
+        self.role_label.setText(self.tr("You") if user else self.tr("Assistant"))
+        for b, text, accessible in ((self.copy_button, self.tr("Copy"), self.tr("Copy this message")),
+                                    (self.edit_button, self.tr("Edit"), self.tr("Edit this message and send it again")),
+                                    (self.regen_button, self.tr("Regenerate"), self.tr("Generate this reply again"))):
+            if b is not None:
+                b.setText(text)
+                b.setAccessibleName(accessible)
+                b.setToolTip(accessible)
+        self.thinking_toggle.setText(self.tr("Thinking"))
+        self.thinking_toggle.setAccessibleName(self.tr("Show or hide the model's thinking"))
+        self.thinking_view.setAccessibleName(self.tr("Model thinking"))
+        self.body.setAccessibleName(self.tr("Message from you") if user else self.tr("Reply"))
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
+
     def _action(self, text: str, accessible: str, signal: Signal) -> QToolButton:
         b = QToolButton()
         b.setText(text)
@@ -198,6 +219,11 @@ class ChatView(QScrollArea):
         self._follow = True
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LanguageChange:
+            self.setAccessibleName(self.tr("Conversation"))
+        super().changeEvent(event)
 
     def clear(self) -> None:
         for w in self.widgets:

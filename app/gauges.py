@@ -15,7 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
 
@@ -103,7 +103,7 @@ class GaugePanel(QFrame):
         self.setAccessibleName(self.tr("Live gauges"))
         self.setFrameShape(QFrame.Shape.StyledPanel)
         outer = QVBoxLayout(self)
-        title = QLabel(self.tr("Performance"))
+        self.title = title = QLabel()
         title.setObjectName("panelTitle")
         outer.addWidget(title)
         form = QFormLayout()
@@ -136,16 +136,11 @@ class GaugePanel(QFrame):
         self.speed_label = value(self.tr("Tokens per second"))
         self.ttft_label = value(self.tr("Time to first token"))
         self.prompt_label = value(self.tr("Prompt tokens"))
-        form.addRow(self.tr("Model"), self.model_label)
-        form.addRow(self.tr("Device"), self.device_label)
-        form.addRow(self.tr("Layers"), self.layers_label)
-        form.addRow(self.tr("VRAM (app)"), self.vram_process_bar)
-        form.addRow(self.tr("VRAM (device)"), self.vram_device_bar)
-        form.addRow(self.tr("RAM (app)"), self.ram_bar)
-        form.addRow(self.tr("Context"), self.context_bar)
-        form.addRow(self.tr("Speed"), self.speed_label)
-        form.addRow(self.tr("First token"), self.ttft_label)
-        form.addRow(self.tr("Prompt"), self.prompt_label)
+        for w in (self.model_label, self.device_label, self.layers_label, self.vram_process_bar,
+                  self.vram_device_bar, self.ram_bar, self.context_bar, self.speed_label, self.ttft_label,
+                  self.prompt_label):
+            form.addRow(QLabel(), w)
+        self._form = form
         self.chart = HistoryChart()
         outer.addWidget(self.chart)
         outer.addStretch(1)
@@ -158,9 +153,46 @@ class GaugePanel(QFrame):
         self.live_tok_s = 0.0
         self.last_memory: dict[str, Any] = {}
         self.updates = 0  # number of memory refreshes (tests check the timer works)
+        self._info: dict[str, Any] | None = None
+        self.retranslate()
+
+    def retranslate(self) -> None:
+        """Captions, accessible names and the texts derived from the last model/memory, via ``tr()``."""
+        self.setAccessibleName(self.tr("Live gauges"))
+        self.title.setText(self.tr("Performance"))
+        for w, caption, name in (
+                (self.model_label, self.tr("Model"), self.tr("Model")),
+                (self.device_label, self.tr("Device"), self.tr("Device")),
+                (self.layers_label, self.tr("Layers"), self.tr("Layers")),
+                (self.vram_process_bar, self.tr("VRAM (app)"), self.tr("VRAM used by this app")),
+                (self.vram_device_bar, self.tr("VRAM (device)"), self.tr("VRAM used on the device")),
+                (self.ram_bar, self.tr("RAM (app)"), self.tr("RAM used by this app")),
+                (self.context_bar, self.tr("Context"), self.tr("Context fill")),
+                (self.speed_label, self.tr("Speed"), self.tr("Tokens per second")),
+                (self.ttft_label, self.tr("First token"), self.tr("Time to first token")),
+                (self.prompt_label, self.tr("Prompt"), self.tr("Prompt tokens"))):
+            self._form.labelForField(w).setText(caption)
+            w.setAccessibleName(name)
+        self.chart.setAccessibleName(self.tr("Speed and memory of the last generations"))
+        self.chart.update()
+        if self._info is None:
+            self.model_label.setText(self.tr("No model loaded"))
+        else:
+            plan = self._info.get("plan") or {}
+            if plan:
+                self._set_layers(int(plan.get("layers_on_gpu", 0)), int(plan.get("layers_on_cpu", 0)))
+        if self.last_memory and not self.last_memory.get("device_total_bytes"):
+            for b in (self.vram_process_bar, self.vram_device_bar):
+                b.setFormat(self.tr("no GPU in use"))
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
 
     # -- model -------------------------------------------------------------------------------
     def set_model(self, info: dict[str, Any] | None) -> None:
+        self._info = info or None
         if not info:
             self.model_label.setText(self.tr("No model loaded"))
             self.device_label.setText("–")
@@ -173,16 +205,15 @@ class GaugePanel(QFrame):
         self.device_label.setText(f"{info.get('device', '?')}" + (f" · {backend}" if backend else ""))
         self.context_length = int(info.get("context_length") or 0)
         plan = info.get("plan") or {}
+        self._offload_mode = str(plan.get("offload_mode") or "")
         if plan:
-            self._set_layers(int(plan.get("layers_on_gpu", 0)), int(plan.get("layers_on_cpu", 0)),
-                             str(plan.get("offload_mode") or ""))
+            self._set_layers(int(plan.get("layers_on_gpu", 0)), int(plan.get("layers_on_cpu", 0)))
         self._set_context(0)
 
-    def _set_layers(self, gpu: int, cpu: int, mode: str = "") -> None:
-        text = self.tr("%1 on GPU, %2 on CPU").replace("%1", str(gpu)).replace("%2", str(cpu))
-        if cpu and gpu and mode and mode != "none":
-            text += f" ({mode})"
-        self.layers_label.setText(text)
+    def _set_layers(self, gpu: int, cpu: int) -> None:
+        """Layers per device plus, when layers are offloaded, how the plan runs them."""
+        self.layers_label.setText(placement_text({"layers_on_gpu": gpu, "layers_on_cpu": cpu,
+                                                  "offload_mode": getattr(self, "_offload_mode", "")}))
 
     # -- memory ------------------------------------------------------------------------------
     def update_memory(self, m: dict[str, Any]) -> None:
@@ -266,3 +297,22 @@ class GaugePanel(QFrame):
     def generation_failed(self) -> None:
         self._t_request = 0.0
         self.speed_label.setText("–")
+
+
+def offload_mode_text(mode: str) -> str:
+    """The planner's offload mode in words ("" when nothing is offloaded)."""
+    if mode == "stream":
+        return QCoreApplication.translate("GaugePanel", "offloaded layers streamed to the GPU")
+    if mode == "cpu":
+        return QCoreApplication.translate("GaugePanel", "offloaded layers computed on the CPU")
+    return ""
+
+
+def placement_text(plan: dict[str, Any]) -> str:
+    """"N on GPU, M on CPU" and, if the plan offloads, which offload mode it chose."""
+    gpu, cpu = int(plan.get("layers_on_gpu") or 0), int(plan.get("layers_on_cpu") or 0)
+    text = QCoreApplication.translate("GaugePanel", "%1 on GPU, %2 on CPU").replace("%1", str(gpu)).replace("%2", str(cpu))
+    mode = offload_mode_text(str(plan.get("offload_mode") or ""))
+    if cpu and gpu and mode:
+        text += f" ({mode})"
+    return text

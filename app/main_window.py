@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtCore import QCoreApplication, QEvent, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -131,6 +131,7 @@ class MainWindow(QMainWindow):
         self._build()
         self._connect_worker()
         self._shortcuts()
+        self.retranslate()
         self.refresh_conversations()
         self.refresh_models()
         self._gauge_timer = QTimer(self)
@@ -155,17 +156,12 @@ class MainWindow(QMainWindow):
         side.setObjectName("sidebar")
         sl = QVBoxLayout(side)
         sl.setContentsMargins(8, 8, 8, 8)
-        self.new_chat_button = QPushButton(self.tr("New chat"))
-        self.new_chat_button.setAccessibleName(self.tr("New chat"))
-        self.new_chat_button.setToolTip(self.tr("Start a new conversation (Ctrl+N)"))
+        self.new_chat_button = QPushButton()
         self.new_chat_button.clicked.connect(self.new_conversation)
         self.search_edit = QLineEdit()
-        self.search_edit.setPlaceholderText(self.tr("Search conversations (Ctrl+F)"))
-        self.search_edit.setAccessibleName(self.tr("Search conversations"))
         self.search_edit.setClearButtonEnabled(True)
         self.search_edit.textChanged.connect(self.refresh_conversations)
         self.conversation_list = QListWidget()
-        self.conversation_list.setAccessibleName(self.tr("Conversations"))
         self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.conversation_list.customContextMenuRequested.connect(self._conversation_menu)
         self.conversation_list.currentItemChanged.connect(self._on_conversation_selected)
@@ -180,19 +176,15 @@ class MainWindow(QMainWindow):
         cl = QVBoxLayout(center)
         cl.setContentsMargins(8, 8, 8, 8)
         top = QHBoxLayout()
-        model_caption = QLabel(self.tr("Model:"))
+        self.model_caption = model_caption = QLabel()
         self.model_combo = QComboBox()
-        self.model_combo.setAccessibleName(self.tr("Model picker"))
         self.model_combo.setMinimumContentsLength(24)
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.activated.connect(self._on_model_chosen)
         model_caption.setBuddy(self.model_combo)
-        self.models_button = QPushButton(self.tr("Models…"))
-        self.models_button.setAccessibleName(self.tr("Open the model manager"))
+        self.models_button = QPushButton()
         self.models_button.clicked.connect(self.open_model_manager)
-        self.settings_button = QPushButton(self.tr("Settings…"))
-        self.settings_button.setAccessibleName(self.tr("Open settings"))
-        self.settings_button.setToolTip(self.tr("Settings (Ctrl+,)"))
+        self.settings_button = QPushButton()
         self.settings_button.clicked.connect(self.open_settings)
         top.addWidget(model_caption)
         top.addWidget(self.model_combo, 1)
@@ -204,11 +196,9 @@ class MainWindow(QMainWindow):
         self.banner.setObjectName("banner")
         self.banner.setWordWrap(True)
         self.banner.setVisible(False)
-        self.banner.setAccessibleName(self.tr("Message"))
         self.banner.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.banner_close = QToolButton()
         self.banner_close.setText("✕")
-        self.banner_close.setAccessibleName(self.tr("Dismiss message"))
         self.banner_close.setVisible(False)
         self.banner_close.clicked.connect(self.clear_banner)
         brow = QHBoxLayout()
@@ -230,20 +220,14 @@ class MainWindow(QMainWindow):
 
         inp = QHBoxLayout()
         self.attach_button = QToolButton()
-        self.attach_button.setText(self.tr("Attach…"))
-        self.attach_button.setAccessibleName(self.tr("Attach a document to summarize"))
-        self.attach_button.setToolTip(self.tr("Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)"))
         self.attach_button.clicked.connect(self.attach_document)
         self.input = PromptEdit()
         self.input.setObjectName("promptEdit")
-        self.input.setAccessibleName(self.tr("Message input"))
-        self.input.setPlaceholderText(self.tr("Type a message. Enter sends, Shift+Enter adds a new line."))
         self.input.setMaximumHeight(96)
         self.input.setMinimumHeight(56)
         self.input.submitted.connect(self.send)
-        self.send_button = QPushButton(self.tr("Send"))
+        self.send_button = QPushButton()
         self.send_button.setObjectName("sendButton")
-        self.send_button.setAccessibleName(self.tr("Send message"))
         self.send_button.clicked.connect(self._send_or_stop)
         inp.addWidget(self.attach_button)
         inp.addWidget(self.input, 1)
@@ -265,7 +249,6 @@ class MainWindow(QMainWindow):
         self.load_bar.setRange(0, 100)
         self.load_bar.setMaximumWidth(240)
         self.load_bar.setVisible(False)
-        self.load_bar.setAccessibleName(self.tr("Model loading progress"))
         self.statusBar().addWidget(self.status_label, 1)
         self.statusBar().addPermanentWidget(self.load_bar)
 
@@ -281,8 +264,8 @@ class MainWindow(QMainWindow):
         QWidget.setTabOrder(self.input, self.send_button)
 
     def _shortcuts(self) -> None:
-        def action(text: str, keys: list[QKeySequence] | QKeySequence, slot: Callable[[], Any]) -> QAction:
-            a = QAction(text, self)
+        def action(keys: list[QKeySequence] | QKeySequence, slot: Callable[[], Any]) -> QAction:
+            a = QAction(self)
             if isinstance(keys, list):
                 a.setShortcuts(keys)
             else:
@@ -292,13 +275,54 @@ class MainWindow(QMainWindow):
             self.addAction(a)
             return a
 
-        self.new_action = action(self.tr("New chat"), QKeySequence("Ctrl+N"), self.new_conversation)
-        self.search_action = action(self.tr("Search"), QKeySequence("Ctrl+F"), self._focus_search)
-        self.settings_action = action(self.tr("Settings"), QKeySequence("Ctrl+,"), self.open_settings)
-        self.stop_action = action(self.tr("Stop"), QKeySequence("Esc"), self.stop)
-        self.send_action = action(self.tr("Send"), QKeySequence("Ctrl+Return"), self.send)
-        self.models_action = action(self.tr("Models"), QKeySequence("Ctrl+M"), self.open_model_manager)
-        self.quit_action = action(self.tr("Quit"), QKeySequence("Ctrl+Q"), self.close)
+        self.new_action = action(QKeySequence("Ctrl+N"), self.new_conversation)
+        self.search_action = action(QKeySequence("Ctrl+F"), self._focus_search)
+        self.settings_action = action(QKeySequence("Ctrl+,"), self.open_settings)
+        self.stop_action = action(QKeySequence("Esc"), self.stop)
+        self.send_action = action(QKeySequence("Ctrl+Return"), self.send)
+        self.models_action = action(QKeySequence("Ctrl+M"), self.open_model_manager)
+        self.quit_action = action(QKeySequence("Ctrl+Q"), self.close)
+
+    def retranslate(self) -> None:
+        """Set every fixed user-visible text through ``tr()``: at start and on each language switch."""
+        self.setWindowTitle(self.tr("Ternary Chat"))
+        self.new_chat_button.setText(self.tr("New chat"))
+        self.new_chat_button.setAccessibleName(self.tr("New chat"))
+        self.new_chat_button.setToolTip(self.tr("Start a new conversation (Ctrl+N)"))
+        self.search_edit.setPlaceholderText(self.tr("Search conversations (Ctrl+F)"))
+        self.search_edit.setAccessibleName(self.tr("Search conversations"))
+        self.conversation_list.setAccessibleName(self.tr("Conversations"))
+        self.model_caption.setText(self.tr("Model:"))
+        self.model_combo.setAccessibleName(self.tr("Model picker"))
+        self.models_button.setText(self.tr("Models…"))
+        self.models_button.setAccessibleName(self.tr("Open the model manager"))
+        self.settings_button.setText(self.tr("Settings…"))
+        self.settings_button.setAccessibleName(self.tr("Open settings"))
+        self.settings_button.setToolTip(self.tr("Settings (Ctrl+,)"))
+        self.banner.setAccessibleName(self.tr("Message"))
+        self.banner_close.setAccessibleName(self.tr("Dismiss message"))
+        self.attach_button.setText(self.tr("Attach…"))
+        self.attach_button.setAccessibleName(self.tr("Attach a document to summarize"))
+        self.attach_button.setToolTip(self.tr("Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)"))
+        self.input.setAccessibleName(self.tr("Message input"))
+        self.input.setPlaceholderText(self.tr("Type a message. Enter sends, Shift+Enter adds a new line."))
+        self.status_label.setAccessibleName(self.tr("Status"))
+        self.load_bar.setAccessibleName(self.tr("Model loading progress"))
+        for a, text in ((self.new_action, self.tr("New chat")), (self.search_action, self.tr("Search")),
+                        (self.settings_action, self.tr("Settings")), (self.stop_action, self.tr("Stop")),
+                        (self.send_action, self.tr("Send")), (self.models_action, self.tr("Models")),
+                        (self.quit_action, self.tr("Quit"))):
+            a.setText(text)
+        if self.model_info and not self.loading and not self.generating:
+            self.status_label.setText(self.tr("Ready"))
+        elif not self.model_info and not self.loading:
+            self.status_label.setText(self.tr("No model loaded"))
+        self._update_state()  # send/stop button
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
 
     def _focus_search(self) -> None:
         self.search_edit.setFocus()
@@ -540,7 +564,7 @@ class MainWindow(QMainWindow):
             "context_length": hw.context_length or None,
             "max_vram_bytes": hw.vram_cap_bytes,
             "kv_dtype": None if hw.kv_cache_precision == "auto" else hw.kv_cache_precision,
-            "offload_mode": None if hw.offload_policy == "auto" else hw.offload_policy,
+            "offload": hw.offload_policy,
         }
 
     def load_model(self, path: str) -> None:
@@ -961,7 +985,9 @@ class MainWindow(QMainWindow):
         if old.interface.theme != self.settings.interface.theme:
             apply_theme(self.settings.interface.theme)
         if old.interface.language != self.settings.interface.language:
-            self.show_notice(self.tr("The interface language changes the next time the app starts."))
+            from app.main import install_translation
+
+            install_translation(QCoreApplication.instance(), self.settings.interface.language)  # live
         if old.hardware != self.settings.hardware and self.model_path and not self.generating:
             self.load_model(self.model_path)
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import copy
 import logging
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QDoubleValidator, QIntValidator, QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
+    QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLabel,
@@ -38,6 +40,9 @@ from app.settings_model import (
     AppSettings,
     HardwareSettings,
     SamplingSettings,
+    check_models_folder,
+    current_models_dir,
+    default_models_path,
 )
 
 log = logging.getLogger(__name__)
@@ -139,11 +144,7 @@ class SettingsDialog(QDialog):
         self.fields: dict[str, NumberField] = {}
         lay = QVBoxLayout(self)
         self.tabs = QTabWidget()
-        self.tabs.setAccessibleName(self.tr("Settings sections"))
-        self.tabs.addTab(self._sampling_tab(), self.tr("Sampling"))
-        self.tabs.addTab(self._hardware_tab(), self.tr("Hardware"))
-        self.tabs.addTab(self._downloads_tab(), self.tr("Downloads"))
-        self.tabs.addTab(self._interface_tab(), self.tr("Interface"))
+        self._build_tabs()
         lay.addWidget(self.tabs, 1)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel
                                         | QDialogButtonBox.StandardButton.Apply)
@@ -155,6 +156,44 @@ class SettingsDialog(QDialog):
         for f in self.fields.values():
             f.validityChanged.connect(self._update_buttons)
         self._update_buttons()
+
+    def _build_tabs(self) -> None:
+        self.tabs.setAccessibleName(self.tr("Settings sections"))
+        self.tabs.addTab(self._sampling_tab(), self.tr("Sampling"))
+        self.tabs.addTab(self._hardware_tab(), self.tr("Hardware"))
+        self.tabs.addTab(self._downloads_tab(), self.tr("Downloads"))
+        self.tabs.addTab(self._interface_tab(), self.tr("Interface"))
+
+    def retranslate(self) -> None:
+        """Rebuild the tabs in the new language, keeping what the user has typed and the open tab.
+
+        Why rebuild instead of re-setting each text: the tabs hold ~80 strings, several composed
+        from values (placeholders with model defaults, the cost line); building them again through
+        the same code cannot miss one.
+        """
+        try:
+            values = self.collect()
+        except (ValueError, TypeError):  # a half-typed number: keep the last applied values
+            values = self.settings
+        index = self.tabs.currentIndex()
+        self.setWindowTitle(self.tr("Settings"))
+        self.setAccessibleName(self.tr("Settings"))
+        while self.tabs.count():
+            page = self.tabs.widget(0)
+            self.tabs.removeTab(0)
+            page.deleteLater()
+        self.fields = {}
+        self._build_tabs()
+        self.load_from(values)
+        for f in self.fields.values():
+            f.validityChanged.connect(self._update_buttons)
+        self.tabs.setCurrentIndex(index)
+        self._update_buttons()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LanguageChange and hasattr(self, "buttons"):
+            self.retranslate()
+        super().changeEvent(event)
 
     # ------------------------------------------------------------------ tabs
     def _number(self, form: QFormLayout, name: str, label: str, optional: bool = True) -> NumberField:
@@ -229,11 +268,13 @@ class SettingsDialog(QDialog):
         self.device_combo.setAccessibleName(self.tr("Device"))
         self.device_combo.addItem(self.tr("Auto (best available)"), "auto")
         self.device_combo.addItem(self.tr("CPU"), "cpu")
+        self.has_gpu = False
         try:
             from runtime.devices import detect_gpus
 
             for g in detect_gpus():
                 self.device_combo.addItem(f"GPU {g.index}: {g.name} ({format_bytes(g.total_bytes)})", f"cuda:{g.index}")
+                self.has_gpu = True
         except Exception as exc:  # noqa: BLE001 - no torch CUDA: CPU only
             log.debug("GPU detection failed: %s", exc)
         form.addRow(self.tr("Device"), self.device_combo)
@@ -262,21 +303,30 @@ class SettingsDialog(QDialog):
 
         self.offload_combo = QComboBox()
         self.offload_combo.setAccessibleName(self.tr("Offload policy"))
-        for value, text in (("auto", self.tr("Auto (cheapest per token)")),
-                            ("stream", self.tr("Stream offloaded layers to the GPU")),
+        for value, text in (("auto", self.tr("Automatic (planner decides)")),
+                            ("stream", self.tr("Stream layers to the GPU")),
                             ("cpu", self.tr("Compute offloaded layers on the CPU"))):
             self.offload_combo.addItem(text, value)
+        self.offload_combo.setToolTip(self.tr("When a model does not fit in VRAM, some layers stay in RAM: either "
+                                              "their weights are streamed to the GPU for every token, or the CPU "
+                                              "computes them. Automatic picks the faster one per token."))
+        if "offload" not in accepted:
+            self.offload_combo.setEnabled(False)
+            self.offload_combo.setToolTip(self.tr("This engine version does not offer an offload choice."))
+        elif not self.has_gpu:
+            self.offload_combo.setEnabled(False)
+            self.offload_combo.setToolTip(self.tr("Offload applies to GPUs: it decides how layers that do not fit "
+                                                  "in VRAM run. This computer has no usable GPU, so every layer "
+                                                  "runs on the CPU."))
+        self.offload_combo.setAccessibleDescription(self.offload_combo.toolTip())
+        form.addRow(self.tr("Offload policy"), self.offload_combo)
+        from app.gauges import placement_text
+
         plan = self.window.model_info.get("plan") or {}
-        placement = QLabel(self.tr("Now: %1 layers on the GPU, %2 on the CPU.")
-                           .replace("%1", str(plan.get("layers_on_gpu", "–")))
-                           .replace("%2", str(plan.get("layers_on_cpu", "–"))))
+        placement = QLabel(self.tr("Now: %1").replace("%1", placement_text(plan) if plan else "–"))
+        placement.setWordWrap(True)
         placement.setAccessibleName(self.tr("Current layer placement"))
-        if "offload_mode" in accepted:
-            form.addRow(self.tr("Offload policy"), self.offload_combo)
-        else:
-            self.offload_combo.setVisible(False)
-            placement.setText(placement.text() + " " + self.tr("This engine version keeps all layers on one device; "
-                                                               "the planner decides the context."))
+        self.placement_label = placement
         form.addRow(self.tr("Layer placement"), placement)
 
         self.kv_combo = QComboBox()
@@ -317,13 +367,24 @@ class SettingsDialog(QDialog):
         form.addRow(self.tr("Hugging Face endpoint"), self.hf_endpoint)
         form.addRow(self.tr("ModelScope endpoint"), self.ms_endpoint)
         form.addRow("", self.endpoint_error)
-        from app.paths import default_models_dir
-
-        folder = QLabel(str(default_models_dir()))
-        folder.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        folder.setAccessibleName(self.tr("Storage folder"))
-        folder.setToolTip(self.tr("Set TERNARY_CHAT_HOME before starting the app to keep everything in another folder."))
-        form.addRow(self.tr("Storage folder"), folder)
+        folder_row = QWidget()
+        fl = QHBoxLayout(folder_row)
+        fl.setContentsMargins(0, 0, 0, 0)
+        self.models_dir_edit = QLineEdit()
+        self.models_dir_edit.setAccessibleName(self.tr("Models folder"))
+        self.models_dir_edit.setToolTip(self.tr("Where downloaded models are stored. Models already downloaded stay "
+                                                "in their folder."))
+        self.models_dir_browse = QPushButton(self.tr("Choose…"))
+        self.models_dir_browse.setAccessibleName(self.tr("Choose the models folder"))
+        self.models_dir_browse.clicked.connect(self.choose_models_dir)
+        fl.addWidget(self.models_dir_edit, 1)
+        fl.addWidget(self.models_dir_browse)
+        form.addRow(self.tr("Models folder"), folder_row)
+        self.models_dir_info = QLabel()
+        self.models_dir_info.setWordWrap(True)
+        self.models_dir_info.setAccessibleName(self.tr("Models folder check"))
+        form.addRow("", self.models_dir_info)
+        self.models_dir_edit.textChanged.connect(self._update_buttons)
         self.token_widgets: dict[str, tuple[QLabel, QLineEdit]] = {}
         for provider, title in (("huggingface", "Hugging Face"), ("modelscope", "ModelScope")):
             row = QWidget()
@@ -367,7 +428,7 @@ class SettingsDialog(QDialog):
         self.theme_combo.addItem(self.tr("Light"), "light")
         self.theme_combo.addItem(self.tr("Dark"), "dark")
         form.addRow(self.tr("Theme"), self.theme_combo)
-        note = QLabel(self.tr("The theme changes at once; the language the next time the app starts."))
+        note = QLabel(self.tr("The theme and the language change at once."))
         note.setWordWrap(True)
         form.addRow("", note)
         return w
@@ -393,6 +454,7 @@ class SettingsDialog(QDialog):
         self._select(self.source_combo, s.downloads.source)
         self.hf_endpoint.setText(s.downloads.hf_endpoint)
         self.ms_endpoint.setText(s.downloads.modelscope_endpoint)
+        self.models_dir_edit.setText(s.downloads.models_dir or str(current_models_dir()))
         self._select(self.language_combo, s.interface.language)
         self._select(self.theme_combo, s.interface.theme)
         self._update_cost()
@@ -420,6 +482,10 @@ class SettingsDialog(QDialog):
         s.downloads.source = self.source_combo.currentData()
         s.downloads.hf_endpoint = self.hf_endpoint.text().strip()
         s.downloads.modelscope_endpoint = self.ms_endpoint.text().strip()
+        chosen = self.models_dir_edit.text().strip()
+        if chosen:
+            path = Path(chosen).expanduser().resolve()
+            s.downloads.models_dir = "" if path == default_models_path() else str(path)
         s.interface.language = self.language_combo.currentData()
         s.interface.theme = self.theme_combo.currentData()
         return s
@@ -440,7 +506,37 @@ class SettingsDialog(QDialog):
                                                  "or http://."))
         self.endpoint_error.setText(endpoint_problems[0] if endpoint_problems else "")
         self.endpoint_error.setVisible(bool(endpoint_problems))
-        return out + endpoint_problems
+        folder_problems = []
+        if hasattr(self, "models_dir_edit"):
+            check = check_models_folder(self.models_dir_edit.text())
+            if check.reason:
+                folder_problems.append(self.folder_problem_text(check.reason))
+                self.models_dir_info.setText(folder_problems[-1])
+            else:
+                self.models_dir_info.setText(self.tr("%1 free.").replace("%1", format_bytes(check.free_bytes))
+                                             + ("" if check.exists else " " + self.tr("The folder will be created.")))
+            self.models_dir_info.setObjectName("inlineError" if check.reason else "")
+            self.models_dir_edit.setProperty("invalid", bool(check.reason))
+            for widget in (self.models_dir_info, self.models_dir_edit):
+                widget.style().unpolish(widget)
+                widget.style().polish(widget)
+        return out + endpoint_problems + folder_problems
+
+    def folder_problem_text(self, reason: str) -> str:
+        """The translated sentence for a :func:`check_models_folder` reason code."""
+        return {
+            "empty": self.tr("Choose a folder for the models."),
+            "relative": self.tr("Enter a full path (for example /home/me/models)."),
+            "not_dir": self.tr("This path is a file, not a folder."),
+            "not_creatable": self.tr("This folder does not exist and cannot be created here."),
+            "not_writable": self.tr("This folder is not writable: downloads could not be saved in it."),
+        }[reason]
+
+    def choose_models_dir(self) -> None:
+        folder = QFileDialog.getExistingDirectory(self, self.tr("Choose the models folder"),
+                                                  self.models_dir_edit.text())
+        if folder:
+            self.models_dir_edit.setText(folder)
 
     def _update_buttons(self) -> None:
         ok = not self.problems()
@@ -546,10 +642,21 @@ class SettingsDialog(QDialog):
             self.window.show_error(errors[0][1])
             return False
         old = self.window.settings
+        old_models = current_models_dir()
         self.window.settings = new
         self.settings = copy.deepcopy(new)
         self.window.save_settings()
         self._save_hub_settings(new)
+        new_models = current_models_dir()
+        if new_models != old_models:
+            try:
+                new_models.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # checked a moment ago; a disk can still vanish
+                self.window.show_error(self.tr("Could not create the models folder: %1").replace("%1", str(exc)))
+                return False
+            self.window.show_notice(
+                self.tr("New downloads go to %1. Models already in %2 stay there; import them from Models… → "
+                        "Import if you want to use them.").replace("%1", str(new_models)).replace("%2", str(old_models)))
         self.window.apply_settings(old)
         return True
 
@@ -559,7 +666,8 @@ class SettingsDialog(QDialog):
             from runtime.hub.settings import DEFAULT_HF_ENDPOINT, DEFAULT_MODELSCOPE_ENDPOINT, HubSettings
 
             hub = HubSettings(source=s.downloads.source, hf_endpoint=s.downloads.hf_endpoint or DEFAULT_HF_ENDPOINT,
-                              modelscope_endpoint=s.downloads.modelscope_endpoint or DEFAULT_MODELSCOPE_ENDPOINT)
+                              modelscope_endpoint=s.downloads.modelscope_endpoint or DEFAULT_MODELSCOPE_ENDPOINT,
+                              models_dir=s.downloads.models_dir)
             hub.save()
         except Exception as exc:  # noqa: BLE001
             self.window.show_error(self.tr("Could not save the download settings: %1").replace("%1", str(exc)))

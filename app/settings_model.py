@@ -151,6 +151,8 @@ class DownloadSettings:
             value = value.strip()
             if value and not (value.startswith("https://") or value.startswith("http://")):
                 errors.append((name, "A mirror endpoint must be a web address starting with https:// or http://."))
+        if not isinstance(self.models_dir, str) or (self.models_dir and not Path(self.models_dir).is_absolute()):
+            errors.append(("models_dir", "The models folder must be empty (default) or an absolute path."))
         return errors
 
 
@@ -282,3 +284,75 @@ def generation_settings(sampling: SamplingSettings) -> Any:
     if sampling.reasoning_effort:
         kwargs["reasoning_effort"] = sampling.reasoning_effort
     return GenerationSettings(**kwargs)
+
+
+@dataclass(frozen=True)
+class FolderCheck:
+    """Whether a folder can hold models. ``reason`` is a code ("" = usable) the dialog translates."""
+
+    reason: str
+    problem: str  # English explanation ("" when usable)
+    exists: bool = False
+    free_bytes: int = 0
+
+
+FOLDER_PROBLEMS = {
+    "empty": "Choose a folder for the models.",
+    "relative": "Enter a full path (for example /home/me/models).",
+    "not_dir": "This path is a file, not a folder.",
+    "not_creatable": "This folder does not exist and cannot be created here.",
+    "not_writable": "This folder is not writable: downloads could not be saved in it.",
+}
+
+
+def check_models_folder(text: str) -> FolderCheck:
+    """Is ``text`` a folder that exists or can be created, and is writable? Plus its free space.
+
+    Why probe with a real file instead of ``os.access``: ``os.access`` says yes for root and on some
+    network/read-only mounts where a write then fails; a download must not discover that at 90%.
+    """
+    import os
+    import shutil
+    import tempfile
+
+    def bad(reason: str, exists: bool = False) -> FolderCheck:
+        return FolderCheck(reason, FOLDER_PROBLEMS[reason], exists)
+
+    text = text.strip()
+    if not text:
+        return bad("empty")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        return bad("relative")
+    existing = path
+    while not existing.exists():
+        if existing.parent == existing:
+            return bad("not_creatable")
+        existing = existing.parent
+    if not existing.is_dir():
+        return bad("not_dir" if existing == path else "not_creatable", exists=existing == path)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ternary-write-test-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError:
+        return bad("not_writable" if existing == path else "not_creatable", exists=existing == path)
+    try:
+        free = shutil.disk_usage(existing).free
+    except OSError:
+        free = 0
+    return FolderCheck("", "", exists=existing == path, free_bytes=free)
+
+
+def current_models_dir() -> Path:
+    """Where the hub stores models now (the user's folder from hub_settings.json, or the default)."""
+    from runtime.hub.paths import HubPaths
+
+    return HubPaths.resolve().models_dir
+
+
+def default_models_path() -> Path:
+    """The models folder used when the user chose none."""
+    from runtime.hub.paths import HubPaths
+
+    return HubPaths.resolve().default_models_dir

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.gauges import format_bytes
@@ -61,6 +61,26 @@ class WelcomePage(QWidget):
         lay.addWidget(self.installed_label)
         lay.addStretch(2)
         self._detect_started = False
+
+    def retranslate(self) -> None:
+        """Re-set the texts after a language switch (the hardware line and recommendation included)."""
+        self.title.setText(self.tr("Welcome to Ternary Chat"))
+        self.subtitle.setText(self.tr("Private chat with ternary Bonsai models, running entirely on this computer."))
+        self.hardware_label.setAccessibleName(self.tr("Detected hardware"))
+        self.recommend_label.setAccessibleName(self.tr("Recommended model"))
+        self.start_button.setText(self.tr("Download and start chatting"))
+        self.start_button.setAccessibleName(self.tr("Download the recommended model and start chatting"))
+        self.other_button.setText(self.tr("Choose another model or import one…"))
+        self.other_button.setAccessibleName(self.tr("Open the model manager"))
+        if self.hardware is None:
+            self.hardware_label.setText(self.tr("Checking this computer's hardware…"))
+        else:
+            self.set_hardware(self.hardware)
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
+        if event.type() == QEvent.Type.LanguageChange:
+            self.retranslate()
+        super().changeEvent(event)
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
         super().showEvent(event)

@@ -151,15 +151,20 @@ class Engine:
     def load(cls, path: str | os.PathLike | ModelData, device: str = "auto", context_length: int | None = None,
              max_vram_bytes: int | None = None, progress: Callable[[str, float], None] | None = None,
              cancel: CancelToken | None = None, *, dtype: torch.dtype | None = None, backend: str = "auto",
-             kv_dtype: torch.dtype | None = None, graph_decode: bool | None = None) -> Engine:
+             kv_dtype: torch.dtype | None = None, graph_decode: bool | None = None,
+             offload: str = "auto") -> Engine:
         """Read a model file (or take a :class:`ModelData`) and prepare it on ``device``.
 
         ``context_length=None`` asks the planner for the largest context that fits (on the CPU at
         most ``CPU_DEFAULT_MAX_CONTEXT`` and a quarter of free RAM). Extensions beyond the API
         contract: ``dtype`` (activations; fp32 on CPU, bf16 on CUDA by default), ``backend`` (ternary
         matmul backend name), ``kv_dtype`` (defaults to ``dtype``) and ``graph_decode`` (decode
-        through :class:`runtime.gpu_decode.GraphDecoder`; default: on CUDA).
+        through :class:`runtime.gpu_decode.GraphDecoder`; default: on CUDA) and ``offload``
+        ("auto": the planner picks the cheaper offload per token; "stream" or "cpu" force how layers
+        that do not fit the GPU run; passed to the planner's ``offload_mode``).
         """
+        if offload not in ("auto", "stream", "cpu"):
+            raise TernaryError(f"offload must be auto, stream or cpu, got {offload!r}")
         dev = resolve_device(device)
 
         def report(stage: str, fraction: float) -> None:
@@ -179,7 +184,7 @@ class Engine:
         report("planning memory", 0.1)
         act_dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
         kv = kv_dtype or act_dtype
-        ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv)
+        ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv, offload)
         tokenizer = Tokenizer(data.tokenizer)
         kwargs: dict[str, Any] = dict(dtype=act_dtype, max_positions=ctx, backend=backend, kv_dtype=kv)
         if plan is not None and dev.type == "cuda" and _needs_placement(plan):
@@ -551,7 +556,7 @@ def _needs_placement(plan: Any) -> bool:
 
 
 def _choose_context(data: ModelData, dev: torch.device, requested: int | None, max_vram: int | None,
-                    kv_dtype: torch.dtype) -> tuple[int, Any]:
+                    kv_dtype: torch.dtype, offload: str = "auto") -> tuple[int, Any]:
     """(context length, the planner's Plan). On the CPU the planner's context is capped further."""
     from runtime import planner
 
@@ -564,7 +569,7 @@ def _choose_context(data: ModelData, dev: torch.device, requested: int | None, m
             raise TernaryError(f"context length {requested} exceeds the model's maximum of {model_max}")
     kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(kv_dtype, "fp16")
     plan = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
-                                         kv_dtype=kv_name)
+                                         kv_dtype=kv_name, offload_mode=None if offload == "auto" else offload)
     planned = int(plan.context_length)
     if requested is not None:
         if dev.type == "cuda" and planned < requested:

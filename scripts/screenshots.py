@@ -193,6 +193,9 @@ def main() -> int:
     dlg.fields["context_length"].edit.setText("384")
     _wait(app, lambda: True)
     _save(dlg, out / "04-settings-hardware.png")
+    dlg.tabs.setCurrentIndex(2)  # downloads: source, mirrors, the models folder with its free space
+    _wait(app, lambda: True)
+    _save(dlg, out / "08-settings-downloads.png")
     dlg.reject()
 
     # 4. model manager with the real catalog and this machine's hardware

@@ -18,6 +18,29 @@ TS = ROOT / "resources" / "translations" / "ternary_chat_zh_CN.ts"
 QM = TS.with_suffix(".qm")
 
 ZH: dict[str, str] = {
+    "Could not create the models folder: %1": "无法创建模型文件夹：%1",
+    "Automatic (planner decides)": "自动（由规划器决定）",
+    "Stream layers to the GPU": "将层流式传输到 GPU",
+    "When a model does not fit in VRAM, some layers stay in RAM: either their weights are streamed to the GPU for every token, or the CPU computes them. Automatic picks the faster one per token.": "模型放不进显存时，部分层留在内存中：要么每个词元都把它们的权重流式传输到 GPU，要么由 CPU 计算。自动会选择每个词元更快的方式。",
+    "This engine version does not offer an offload choice.": "此版本的引擎不提供卸载方式的选择。",
+    "Offload applies to GPUs: it decides how layers that do not fit in VRAM run. This computer has no usable GPU, so every layer runs on the CPU.": "卸载仅适用于 GPU：它决定放不进显存的层如何运行。本机没有可用的 GPU，因此所有层都在 CPU 上运行。",
+    "Now: %1": "当前：%1",
+    "Models folder": "模型文件夹",
+    "Where downloaded models are stored. Models already downloaded stay in their folder.": "下载的模型存放的位置。已下载的模型保留在原文件夹中。",
+    "Choose…": "选择…",
+    "Choose the models folder": "选择模型文件夹",
+    "Models folder check": "模型文件夹检查",
+    "The theme and the language change at once.": "主题和语言立即生效。",
+    "%1 free.": "可用空间 %1。",
+    "The folder will be created.": "将创建该文件夹。",
+    "Choose a folder for the models.": "请选择存放模型的文件夹。",
+    "Enter a full path (for example /home/me/models).": "请输入完整路径（例如 /home/me/models）。",
+    "This path is a file, not a folder.": "该路径是文件，不是文件夹。",
+    "This folder does not exist and cannot be created here.": "该文件夹不存在，且无法在此处创建。",
+    "This folder is not writable: downloads could not be saved in it.": "该文件夹不可写：下载的文件无法保存到其中。",
+    "New downloads go to %1. Models already in %2 stay there; import them from Models… → Import if you want to use them.": "新的下载将保存到 %1。%2 中已有的模型保留在原处；如需使用，请在“模型…”→“导入”中导入它们。",
+    "offloaded layers streamed to the GPU": "卸载的层流式传输到 GPU",
+    "offloaded layers computed on the CPU": "卸载的层在 CPU 上计算",
     "%1 is not a model: use a .gguf or .ternary file or a Hugging Face folder.":
         "%1 不是模型：请使用 .gguf 或 .ternary 文件，或 Hugging Face 模型文件夹。",
     "%1 model(s) already on this computer: pick one in the model picker above.":
@@ -47,7 +70,6 @@ ZH: dict[str, str] = {
     "Attach…": "附加…",
     "Auto (Hugging Face, then ModelScope)": "自动（先 Hugging Face，后 ModelScope）",
     "Auto (best available)": "自动（最佳可用设备）",
-    "Auto (cheapest per token)": "自动（每个词元开销最低）",
     "Auto (fp32 on CPU, bf16 on GPU)": "自动（CPU 用 fp32，GPU 用 bf16）",
     "Auto (largest that fits, from the planner)": "自动（由规划器选择可容纳的最大值）",
     "Auto: the planner picked %1 tokens (KV cache %2).": "自动：规划器选择了 %1 个词元（KV 缓存 %2）。",
@@ -183,7 +205,6 @@ ZH: dict[str, str] = {
     "None of the catalog models fits this computer's free memory. Close other programs or import a smaller model.":
         "目录中没有适合本机空闲内存的模型。请关闭其他程序或导入更小的模型。",
     "Not downloaded": "未下载",
-    "Now: %1 layers on the GPU, %2 on the CPU.": "当前：GPU 上 %1 层，CPU 上 %2 层。",
     "Off": "关",
     "Offload policy": "卸载策略",
     "On": "开",
@@ -235,8 +256,6 @@ ZH: dict[str, str] = {
     "Seed": "随机种子",
     "Send": "发送",
     "Send message": "发送消息",
-    "Set TERNARY_CHAT_HOME before starting the app to keep everything in another folder.":
-        "启动应用前设置 TERNARY_CHAT_HOME，可将所有数据保存到其他文件夹。",
     "Settings": "设置",
     "Settings (Ctrl+,)": "设置（Ctrl+,）",
     "Settings sections": "设置分类",
@@ -251,8 +270,6 @@ ZH: dict[str, str] = {
     "Stop": "停止",
     "Stop generating": "停止生成",
     "Stopping…": "正在停止…",
-    "Storage folder": "存储文件夹",
-    "Stream offloaded layers to the GPU": "将卸载的层流式传输到 GPU",
     "Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)":
         "为 .txt、.md、.pdf、.docx 或 .html 文件生成摘要（也可拖放到此处）",
     "Summarize a document": "为文档生成摘要",
@@ -269,11 +286,9 @@ ZH: dict[str, str] = {
     "Ternary Chat": "Ternary Chat 三值聊天",
     "The folder %1 has no config.json, so it is not a Hugging Face model folder.":
         "文件夹 %1 中没有 config.json，因此不是 Hugging Face 模型文件夹。",
-    "The interface language changes the next time the app starts.": "界面语言将在下次启动应用时更改。",
     "The loaded model does not think before answering.": "当前加载的模型不会在回答前思考。",
     "The model catalog could not be read: %1": "无法读取模型目录：%1",
     "The partial download was deleted.": "未完成的下载已删除。",
-    "The theme changes at once; the language the next time the app starts.": "主题立即生效；语言在下次启动时生效。",
     "The whole document was read (%1 tokens, one part).": "已读取整篇文档（%1 个词元，一个部分）。",
     "The whole document was read: %1 tokens in %2 parts, summarized and combined.":
         "已读取整篇文档：%1 个词元，分 %2 部分分别摘要后合并。",
@@ -282,8 +297,6 @@ ZH: dict[str, str] = {
     "This computer: %1 with %2 free of %3; RAM %4 available.": "本机：%1，%3 中空闲 %2；可用内存 %4。",
     "This computer: no supported GPU found; models run on the CPU (%1). RAM %2 available.":
         "本机：未找到受支持的 GPU，模型将在 CPU（%1）上运行。可用内存 %2。",
-    "This engine version keeps all layers on one device; the planner decides the context.":
-        "当前引擎版本将所有层放在同一设备上，由规划器决定上下文长度。",
     "This model supports at most %1 tokens.": "此模型最多支持 %1 个词元。",
     "This will not fit.": "内存不足，无法容纳。",
     "Time to first token": "首词元延迟",

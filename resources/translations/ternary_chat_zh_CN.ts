@@ -233,8 +233,20 @@
             <translation>提示词</translation>
         </message>
         <message>
+            <source>Speed and memory of the last generations</source>
+            <translation>最近几次生成的速度与内存</translation>
+        </message>
+        <message>
             <source>No model loaded</source>
             <translation>未加载模型</translation>
+        </message>
+        <message>
+            <source>offloaded layers streamed to the GPU</source>
+            <translation>卸载的层流式传输到 GPU</translation>
+        </message>
+        <message>
+            <source>offloaded layers computed on the CPU</source>
+            <translation>卸载的层在 CPU 上计算</translation>
         </message>
         <message>
             <source>%1 on GPU, %2 on CPU</source>
@@ -633,10 +645,6 @@
         <message>
             <source>Could not save settings: %1</source>
             <translation>无法保存设置：%1</translation>
-        </message>
-        <message>
-            <source>The interface language changes the next time the app starts.</source>
-            <translation>界面语言将在下次启动应用时更改。</translation>
         </message>
     </context>
     <context>
@@ -1140,28 +1148,60 @@
             <translation>卸载策略</translation>
         </message>
         <message>
-            <source>Auto (cheapest per token)</source>
-            <translation>自动（每个词元开销最低）</translation>
+            <source>Automatic (planner decides)</source>
+            <translation>自动（由规划器决定）</translation>
         </message>
         <message>
-            <source>Stream offloaded layers to the GPU</source>
-            <translation>将卸载的层流式传输到 GPU</translation>
+            <source>Stream layers to the GPU</source>
+            <translation>将层流式传输到 GPU</translation>
+        </message>
+        <message>
+            <source>When a model does not fit in VRAM, some layers stay in RAM: either their weights are streamed to the GPU for every token, or the CPU computes them. Automatic picks the faster one per token.</source>
+            <translation>模型放不进显存时，部分层留在内存中：要么每个词元都把它们的权重流式传输到 GPU，要么由 CPU 计算。自动会选择每个词元更快的方式。</translation>
+        </message>
+        <message>
+            <source>This engine version does not offer an offload choice.</source>
+            <translation>此版本的引擎不提供卸载方式的选择。</translation>
+        </message>
+        <message>
+            <source>Offload applies to GPUs: it decides how layers that do not fit in VRAM run. This computer has no usable GPU, so every layer runs on the CPU.</source>
+            <translation>卸载仅适用于 GPU：它决定放不进显存的层如何运行。本机没有可用的 GPU，因此所有层都在 CPU 上运行。</translation>
+        </message>
+        <message>
+            <source>Now: %1</source>
+            <translation>当前：%1</translation>
+        </message>
+        <message>
+            <source>Models folder</source>
+            <translation>模型文件夹</translation>
+        </message>
+        <message>
+            <source>Where downloaded models are stored. Models already downloaded stay in their folder.</source>
+            <translation>下载的模型存放的位置。已下载的模型保留在原文件夹中。</translation>
+        </message>
+        <message>
+            <source>Choose…</source>
+            <translation>选择…</translation>
+        </message>
+        <message>
+            <source>Choose the models folder</source>
+            <translation>选择模型文件夹</translation>
+        </message>
+        <message>
+            <source>Models folder check</source>
+            <translation>模型文件夹检查</translation>
+        </message>
+        <message>
+            <source>The theme and the language change at once.</source>
+            <translation>主题和语言立即生效。</translation>
         </message>
         <message>
             <source>Compute offloaded layers on the CPU</source>
             <translation>在 CPU 上计算卸载的层</translation>
         </message>
         <message>
-            <source>Now: %1 layers on the GPU, %2 on the CPU.</source>
-            <translation>当前：GPU 上 %1 层，CPU 上 %2 层。</translation>
-        </message>
-        <message>
             <source>Current layer placement</source>
             <translation>当前层分布</translation>
-        </message>
-        <message>
-            <source>This engine version keeps all layers on one device; the planner decides the context.</source>
-            <translation>当前引擎版本将所有层放在同一设备上，由规划器决定上下文长度。</translation>
         </message>
         <message>
             <source>Layer placement</source>
@@ -1206,14 +1246,6 @@
         <message>
             <source>Hugging Face endpoint</source>
             <translation>Hugging Face 地址</translation>
-        </message>
-        <message>
-            <source>Storage folder</source>
-            <translation>存储文件夹</translation>
-        </message>
-        <message>
-            <source>Set TERNARY_CHAT_HOME before starting the app to keep everything in another folder.</source>
-            <translation>启动应用前设置 TERNARY_CHAT_HOME，可将所有数据保存到其他文件夹。</translation>
         </message>
         <message>
             <source>%1 token status</source>
@@ -1272,16 +1304,40 @@
             <translation>深色</translation>
         </message>
         <message>
-            <source>The theme changes at once; the language the next time the app starts.</source>
-            <translation>主题立即生效；语言在下次启动时生效。</translation>
-        </message>
-        <message>
             <source>Enter a context length or choose Auto.</source>
             <translation>请输入上下文长度或选择“自动”。</translation>
         </message>
         <message>
             <source>A mirror endpoint must be a web address starting with https:// or http://.</source>
             <translation>镜像地址必须是以 https:// 或 http:// 开头的网址。</translation>
+        </message>
+        <message>
+            <source>%1 free.</source>
+            <translation>可用空间 %1。</translation>
+        </message>
+        <message>
+            <source>The folder will be created.</source>
+            <translation>将创建该文件夹。</translation>
+        </message>
+        <message>
+            <source>Choose a folder for the models.</source>
+            <translation>请选择存放模型的文件夹。</translation>
+        </message>
+        <message>
+            <source>Enter a full path (for example /home/me/models).</source>
+            <translation>请输入完整路径（例如 /home/me/models）。</translation>
+        </message>
+        <message>
+            <source>This path is a file, not a folder.</source>
+            <translation>该路径是文件，不是文件夹。</translation>
+        </message>
+        <message>
+            <source>This folder does not exist and cannot be created here.</source>
+            <translation>该文件夹不存在，且无法在此处创建。</translation>
+        </message>
+        <message>
+            <source>This folder is not writable: downloads could not be saved in it.</source>
+            <translation>该文件夹不可写：下载的文件无法保存到其中。</translation>
         </message>
         <message>
             <source>Load a model to see what a context length costs.</source>
@@ -1330,6 +1386,10 @@
         <message>
             <source>Could not remove the token: %1</source>
             <translation>无法删除令牌：%1</translation>
+        </message>
+        <message>
+            <source>New downloads go to %1. Models already in %2 stay there; import them from Models… → Import if you want to use them.</source>
+            <translation>新的下载将保存到 %1。%2 中已有的模型保留在原处；如需使用，请在“模型…”→“导入”中导入它们。</translation>
         </message>
         <message>
             <source>Could not save the download settings: %1</source>

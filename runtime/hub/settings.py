@@ -44,6 +44,7 @@ class HubSettings:
     source: str = "auto"
     hf_endpoint: str = DEFAULT_HF_ENDPOINT
     modelscope_endpoint: str = DEFAULT_MODELSCOPE_ENDPOINT
+    models_dir: str = ""  # absolute folder for models (HubPaths honours it); "" = the data dir's models/
 
     @classmethod
     def load(cls, paths: HubPaths | None = None, *, source: str | None = None, hf_endpoint: str | None = None,
@@ -56,6 +57,8 @@ class HubSettings:
                                            or stored.get("hf_endpoint") or DEFAULT_HF_ENDPOINT)
         s.modelscope_endpoint = normalize_endpoint(modelscope_endpoint or os.environ.get("MODELSCOPE_ENDPOINT")
                                                    or stored.get("modelscope_endpoint") or DEFAULT_MODELSCOPE_ENDPOINT)
+        models_dir = stored.get("models_dir")
+        s.models_dir = models_dir.strip() if isinstance(models_dir, str) else ""
         return s
 
     def save(self, paths: HubPaths | None = None) -> None:

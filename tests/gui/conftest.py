@@ -30,6 +30,12 @@ def isolated_home(tmp_path, monkeypatch):
     keyring.set_keyring(keyring.backends.fail.Keyring())
     yield home
     keyring.set_keyring(previous)
+    from PySide6.QtWidgets import QApplication
+
+    from app.main import install_translation
+
+    if QApplication.instance() is not None:  # a test that switched the language live must not leak it
+        install_translation(QApplication.instance(), "en")
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,17 @@ def _send(qtbot, w, text: str) -> None:
     qtbot.keyClick(w.input, Qt.Key.Key_Return)
 
 
-def test_gui_message_streams_in_batches_and_gauges_update(qtbot, make_window):
+def test_gui_message_streams_in_batches_and_gauges_update(qtbot, make_window, monkeypatch):
+    from runtime.engine import Engine
+
+    real_generate = Engine.generate
+
+    def paced(self, *args, **kwargs):  # the tiny model can finish 16 tokens inside one 40 ms flush
+        for event in real_generate(self, *args, **kwargs):
+            yield event
+            time.sleep(0.015)  # 8+ pieces then span >= 2 flush intervals, whatever the CPU speed
+
+    monkeypatch.setattr(Engine, "generate", paced)
     w = make_window(max_new_tokens=16)
     assert w.gauges.context_length == 512 and "CPU" in w.gauges.layers_label.text()
     batches = []
