@@ -1388,6 +1388,10 @@
             <translation>无法删除令牌：%1</translation>
         </message>
         <message>
+            <source>Could not create the models folder: %1</source>
+            <translation>无法创建模型文件夹：%1</translation>
+        </message>
+        <message>
             <source>New downloads go to %1. Models already in %2 stay there; import them from Models… → Import if you want to use them.</source>
             <translation>新的下载将保存到 %1。%2 中已有的模型保留在原处；如需使用，请在“模型…”→“导入”中导入它们。</translation>
         </message>
