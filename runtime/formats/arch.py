@@ -84,7 +84,12 @@ def register_arch(spec: ArchSpec) -> None:
     _ARCHS[spec.name] = spec
 
 
+# Hugging Face model_type -> the arch module that registers it (modules are named after the GGUF arch).
+_MODULE_FOR_MODEL_TYPE = {"qwen3_5": "qwen35", "qwen3_5_text": "qwen35"}
+
+
 def _try_import(name: str) -> None:
+    name = _MODULE_FOR_MODEL_TYPE.get(name, name)
     if not name.replace("_", "").isalnum():
         return
     try:

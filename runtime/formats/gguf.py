@@ -343,6 +343,9 @@ class GGUFSource:
         unknown = []
         n_blocks = meta.get(f"{gguf_arch}.block_count")
         n_blocks = int(n_blocks) if isinstance(n_blocks, int) and not isinstance(n_blocks, bool) else None
+        n_mtp = meta.get(f"{gguf_arch}.nextn_predict_layers", 0)
+        if n_blocks is not None and isinstance(n_mtp, int) and 0 < n_mtp < n_blocks:
+            n_blocks -= n_mtp  # llama.cpp counts the MTP head's layers in block_count; they sit at the end
         for gname in self.file.tensors:
             if self.arch.gguf_name_fn is not None:
                 hf = self.arch.gguf_name_fn(gname, n_blocks)
