@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.atomic import write_text_atomic
+from runtime.atomic import write_text_atomic
 
 SCHEMA_VERSION = 1
 PARTIAL = "partial"

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from app.atomic import write_text_atomic
+from runtime.atomic import write_text_atomic
 
 log = logging.getLogger(__name__)
 

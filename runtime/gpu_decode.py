@@ -160,6 +160,9 @@ class GraphDecoder:
 
     def _capture(self) -> torch.cuda.CUDAGraph:
         saved = [t.clone() for t in (self.tok, self.pos, self.seen, self.counts)]
+        # Warm-up draws random numbers too; restore the generator afterwards so the first generation
+        # (which captures) and later ones with the same seed consume the same Philox offsets.
+        rng_state = torch.cuda.get_rng_state(self.device)
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm-up: JIT/autotune/cuBLAS handles, outside the graph
@@ -170,6 +173,7 @@ class GraphDecoder:
         torch.cuda.current_stream(self.device).wait_stream(side)
         for dst, src in zip((self.tok, self.pos, self.seen, self.counts), saved, strict=True):
             dst.copy_(src)  # the step is idempotent for KV (same token, same position)
+        torch.cuda.set_rng_state(rng_state, self.device)
         graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()

@@ -30,9 +30,9 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from runtime.atomic import atomic_output
     from runtime.bench import format_result, run_bench, synthetic_model_cached
     from runtime.devices import parse_bytes
-    from runtime.formats.atomic import atomic_output
 
     if args.runs < 1 or args.gen < 2 or args.prompt_tokens < 1:
         raise ValueError("--runs must be >= 1, --gen >= 2 and --prompt-tokens >= 1")

@@ -27,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
+    from runtime.atomic import read_json
     from runtime.hub.download import format_bytes
-    from runtime.hub.jsonfile import read_json
     from runtime.hub.store import ModelStore
     from runtime.hub.verify import verify_file
 

@@ -22,9 +22,9 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from runtime.atomic import atomic_output
 from runtime.formats import gguf_codecs as gc
 from runtime.formats.arch import get_arch
-from runtime.formats.atomic import atomic_output
 from runtime.formats.gguf_tokenizer import gguf_tokenizer_metadata
 from runtime.formats.model_data import DenseTensor, ModelData, Tensor, TernaryTensor
 

@@ -34,9 +34,9 @@ import numpy as np
 import torch
 
 from runtime import __version__
+from runtime.atomic import atomic_output
 from runtime.errors import CancelledError, ModelFormatError
 from runtime.formats.arch import check_tensor_set, get_arch
-from runtime.formats.atomic import atomic_output
 from runtime.formats.model_data import (
     T2,
     T3,

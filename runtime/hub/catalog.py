@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runtime.hub.jsonfile import read_json, write_json_atomic
+from runtime.atomic import read_json, write_json_atomic
 from runtime.hub.paths import HubPaths
 
 RESOURCES_ENV = "TERNARY_CHAT_RESOURCES"

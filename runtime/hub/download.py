@@ -45,6 +45,7 @@ from urllib.parse import urljoin, urlsplit
 import requests
 import urllib3
 
+from runtime.atomic import read_json, write_json_atomic
 from runtime.errors import TernaryError
 from runtime.hub.errors import (
     AuthenticationError,
@@ -58,7 +59,6 @@ from runtime.hub.errors import (
     RateLimitedError,
     ServerError,
 )
-from runtime.hub.jsonfile import read_json, write_json_atomic
 from runtime.hub.tokens import Secret
 
 log = logging.getLogger("runtime.hub.download")

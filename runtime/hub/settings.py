@@ -12,7 +12,7 @@ import os
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
-from runtime.hub.jsonfile import read_json, write_json_atomic
+from runtime.atomic import read_json, write_json_atomic
 from runtime.hub.paths import HubPaths
 
 DEFAULT_HF_ENDPOINT = "https://huggingface.co"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from runtime.hub.jsonfile import read_json, write_json_atomic
+from runtime.atomic import read_json, write_json_atomic
 from runtime.hub.paths import HubPaths
 
 MANIFEST_SUFFIX = ".verified.json"

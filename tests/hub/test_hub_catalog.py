@@ -7,8 +7,8 @@ import re
 
 import pytest
 
+from runtime.atomic import read_json
 from runtime.hub.catalog import Catalog, memory_requirements, resources_dir
-from runtime.hub.jsonfile import read_json
 
 # The only sha256 pins in shared research ternary-models.md §2 for the files we list (GGUF repos).
 RESEARCH_PINS = {
