@@ -30,6 +30,13 @@ def format_bytes(n: float | int | None) -> str:
     return f"{int(n)} B"
 
 
+def format_seconds(seconds: float) -> str:
+    """A duration for a gauge: milliseconds below one second, so fast replies never read "0.00 s"."""
+    if seconds < 1.0:
+        return f"{seconds * 1000:.0f} ms" if seconds >= 0.0095 else f"{seconds * 1000:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
 @dataclass
 class GenerationPoint:
     tok_s: float
@@ -272,7 +279,7 @@ class GaugePanel(QFrame):
         now = time.monotonic()
         if not self._t_first:
             self._t_first = now
-            self.ttft_label.setText(f"{now - self._t_request:.2f} s")
+            self.ttft_label.setText(format_seconds(now - self._t_request))
         self.generated_pieces += count
         elapsed = now - self._t_first
         if elapsed > 0.05 and self.generated_pieces > 1:
@@ -286,7 +293,7 @@ class GaugePanel(QFrame):
         ttft = float(stats.get("ttft_s") or 0.0)
         self.speed_label.setText(self.tr("%1 tok/s (prefill %2 tok/s)").replace("%1", f"{decode:.1f}")
                                  .replace("%2", f"{float(stats.get('prefill_tok_s') or 0):.0f}"))
-        self.ttft_label.setText(f"{ttft:.2f} s")
+        self.ttft_label.setText(format_seconds(ttft))
         prompt = int(stats.get("prompt_tokens") or self.prompt_tokens)
         self.prompt_label.setText(str(prompt))
         if stats.get("context_length"):

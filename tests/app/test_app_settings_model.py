@@ -71,3 +71,11 @@ def test_reset_to_model_defaults_and_generation_settings():
     s.reset_sampling("m")
     assert s.sampling_for("m").is_default()
     assert generation_settings(s.sampling_for("m")).temperature is None  # = the model file's default
+
+
+def test_gauge_durations_switch_to_milliseconds_below_one_second() -> None:
+    from app.gauges import format_seconds
+
+    assert format_seconds(0.0042) == "4.2 ms"
+    assert format_seconds(0.0482) == "48 ms"
+    assert format_seconds(1.5) == "1.50 s"
