@@ -43,6 +43,8 @@ def _split_then_bytelevel(regex: str) -> dict[str, Any]:
 PRE_TOKENIZERS: dict[str, tuple[dict[str, Any] | None, dict[str, Any], bool]] = {
     "qwen2": ({"type": "NFC"}, _split_then_bytelevel(QWEN2_REGEX), False),
     "llama-bpe": (None, _split_then_bytelevel(LLAMA3_REGEX), True),
+    # llama.cpp's name for the plain GPT-2 pre-tokenizer is "gpt-2" (what we write); "gpt2" is read too.
+    "gpt-2": (None, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}, False),
     "gpt2": (None, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}, False),
     "default": (None, {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}, False),
 }
@@ -135,7 +137,7 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> TokenizerData:
 def _detect_pre(doc: dict[str, Any]) -> str:
     pre = doc.get("pre_tokenizer") or {}
     for name, (_norm, pt, _ig) in PRE_TOKENIZERS.items():
-        if name == "default":
+        if name in ("default", "gpt2"):
             continue
         if json.dumps(pt, sort_keys=True) == json.dumps(pre, sort_keys=True):
             return name

@@ -93,3 +93,22 @@ def test_unused_padding_rows_are_written_for_llama_cpp(tmp_path, model_data):
         assert f.metadata["tokenizer.ggml.pre"] == "qwen2"
     finally:
         f.close()
+
+
+def test_plain_gpt2_pretokenizer_uses_llama_cpp_name_and_reads_both() -> None:
+    """llama.cpp knows the plain GPT-2 pre-tokenizer as "gpt-2" and refuses "gpt2"; we write its name."""
+    import json
+
+    from tokenizers import models, pre_tokenizers
+
+    from runtime.formats.gguf_tokenizer import gguf_tokenizer_metadata, tokenizer_from_gguf
+    from runtime.formats.model_data import TokenizerData
+
+    tok = Tokenizer(models.BPE(vocab={"a": 0, "b": 1, "ab": 2}, merges=[("a", "b")]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    meta = gguf_tokenizer_metadata(TokenizerData(tokenizer_json=tok.to_str()), 3)
+    assert meta["tokenizer.ggml.pre"][1] == "gpt-2"
+    plain = {k: v[1] for k, v in meta.items()}
+    for name in ("gpt-2", "gpt2"):
+        back = tokenizer_from_gguf({**plain, "tokenizer.ggml.pre": name})
+        assert json.loads(back.tokenizer_json)["pre_tokenizer"]["type"] == "ByteLevel"
