@@ -144,6 +144,7 @@ class Engine:
         self.graph_decode = False  # decode through runtime.gpu_decode.GraphDecoder (set by load)
         self._decoder: Any = None
         self._notified_fallback = False
+        self._pending_notices: list[str] = []  # said once, at the start of the next generation
 
     # ------------------------------------------------------------------ loading
 
@@ -202,14 +203,29 @@ class Engine:
         def model_progress(stage: str, fraction: float) -> None:
             report(stage, 0.15 + 0.85 * fraction)
 
-        try:
-            model = model_cls.from_model_data(data, dev, progress=model_progress, cancel=cancel, **kwargs)
-        except torch.OutOfMemoryError as exc:
-            raise OutOfMemoryError(f"not enough {dev.type.upper()} memory to load the model with "
-                                   f"{ctx} tokens of context; try a smaller --ctx") from exc
+        notices: list[str] = []
+        while True:
+            try:
+                model = model_cls.from_model_data(data, dev, progress=model_progress, cancel=cancel, **kwargs)
+                break
+            except torch.OutOfMemoryError as exc:
+                if plan is None or context_length is not None:  # a context the user asked for: no guessing
+                    raise OutOfMemoryError(f"not enough {dev.type.upper()} memory to load the model with "
+                                           f"{ctx} tokens of context; try a smaller --ctx") from exc
+                _release_memory(dev)
+                plan, ctx = _smaller_plan(data, plan, ctx)  # raises OutOfMemoryError when nothing smaller fits
+                kwargs["max_positions"] = ctx
+                kwargs.pop("placement", None)
+                if dev.type == "cuda" and _needs_placement(plan):
+                    from runtime.offload import Placement
+
+                    kwargs["placement"] = Placement(plan, dev)
+                where = f", {len(plan.cpu_layers)} layers offloaded to the CPU" if dev.type == "cuda" else ""
+                notices.append(f"{plan.reasons[-1]} Loaded with a context of {ctx} tokens{where}.")
         engine = cls(model, tokenizer, data, dev, plan.to_dict() if plan is not None else None)
         if plan is not None:
             engine.info.plan["context_length"] = ctx
+        engine._pending_notices = notices
         engine.graph_decode = dev.type == "cuda" if graph_decode is None else graph_decode
         report("ready", 1.0)
         return engine
@@ -309,6 +325,8 @@ class Engine:
 
     def _generate(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken,
                   tokenize_s: float) -> Iterator[GenerationEvent]:
+        while self._pending_notices:
+            yield NoticeEvent(self._pending_notices.pop(0))
         model, dev = self.model, self.device
         ctx = model.max_positions
         stats = GenerationStats(prompt_tokens=len(prompt_ids), device=str(dev), context_length=ctx)
@@ -553,6 +571,31 @@ def _model_class(arch: str) -> Any:
 
 def _needs_placement(plan: Any) -> bool:
     return bool(plan.cpu_layers) or plan.embedding_device == "cpu" or plan.lm_head_device == "cpu"
+
+
+def _release_memory(dev: torch.device) -> None:
+    """Give back what a failed load allocated before trying a smaller plan."""
+    import gc
+
+    gc.collect()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _smaller_plan(data: ModelData, plan: Any, ctx: int) -> tuple[Any, int]:
+    """The planner's next smaller plan after an out-of-memory error: a shorter context, else more offload.
+
+    The engine may run with less context than the plan allows (the CPU cap), so plans are asked for
+    until one is actually smaller than what failed.
+    """
+    from runtime import planner
+
+    cpu_layers = len(plan.cpu_layers)
+    for _ in range(16):
+        plan = planner.fallback_plan(data, plan)
+        if plan.context_length < ctx or len(plan.cpu_layers) > cpu_layers:
+            return plan, min(int(plan.context_length), ctx)
+    raise OutOfMemoryError(f"out of memory loading the model, and no smaller plan than {ctx} tokens of context exists")
 
 
 def _choose_context(data: ModelData, dev: torch.device, requested: int | None, max_vram: int | None,
