@@ -25,6 +25,7 @@ from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor
 from runtime.generation import CancelToken
 from runtime.kernels.linear import prepare_linear
 from runtime.kv_cache import KVCache
+from runtime.model.base import PreparedModel
 from runtime.model.config import ModelConfig
 from runtime.model.rope import RotaryTables, apply_rope
 
@@ -192,7 +193,7 @@ class Qwen3Block(torch.nn.Module):
         return x + self.down_proj(F.silu(gate) * up)
 
 
-class Qwen3Model(torch.nn.Module):
+class Qwen3Model(PreparedModel):
     """The whole model plus its KV cache. Build with :meth:`from_model_data`."""
 
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
@@ -269,21 +270,6 @@ class Qwen3Model(torch.nn.Module):
         if progress is not None:
             progress("preparing weights", 1.0)
 
-    @classmethod
-    def from_model_data(cls, data: ModelData, device: torch.device | str = "cpu",
-                        dtype: torch.dtype | None = None, max_positions: int | None = None,
-                        **kwargs) -> Qwen3Model:
-        """Prepare ``data`` for ``device``. fp32 on CPU (exact parity), bf16 on CUDA by default."""
-        device = torch.device(device)
-        if dtype is None:
-            dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-        max_positions = max_positions or data.config.max_position_embeddings
-        return cls(data.config, data, device, dtype, max_positions, **kwargs)
-
-    @property
-    def max_positions(self) -> int:
-        return self.cache.max_positions
-
     def setup_cache(self, max_positions: int, dtype: torch.dtype | None = None) -> None:
         """Reallocate the KV cache and RoPE tables for a new context length (drops cached tokens)."""
         dtype = dtype or self.cache.k.dtype
@@ -291,11 +277,6 @@ class Qwen3Model(torch.nn.Module):
         self.cache = KVCache(self.config.num_layers, self.config.num_kv_heads, max_positions,
                              self.config.head_dim, dtype, self.device)
         self.rope = RotaryTables(self.config, max_positions, self.device)
-
-    def weight_bytes(self) -> int:
-        """Bytes of prepared weights resident on the device (excludes the KV cache)."""
-        tensors = list(self.named_buffers()) + list(self.named_parameters())
-        return sum(b.numel() * b.element_size() for n, b in tensors if not n.startswith(("cache.", "rope.")))
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
                 last_only: bool = False) -> torch.Tensor:

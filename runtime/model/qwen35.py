@@ -41,6 +41,7 @@ from runtime.generation import CancelToken
 from runtime.kernels.linear import prepare_linear
 from runtime.kv_cache import KVCache
 from runtime.model import deltanet
+from runtime.model.base import PreparedModel
 from runtime.model.config import ModelConfig
 from runtime.model.hadamard import HadamardRotation, refuse_if_rotated_without_metadata, validate_rotation
 from runtime.model.qwen3 import (
@@ -313,8 +314,10 @@ class Qwen35Layer(torch.nn.Module):
         return _residual_linear(self.down_proj, _Act(m, rotation).get(self.down_folded), x)
 
 
-class Qwen35Model(torch.nn.Module):
+class Qwen35Model(PreparedModel):
     """The whole hybrid model plus its caches. Build with :meth:`from_model_data`."""
+
+    STATE_PREFIXES = ("cache.", "rope.", "state.")
 
     supports_prefix_rewind = False
 
@@ -446,21 +449,6 @@ class Qwen35Model(torch.nn.Module):
         return HybridState(self.n_linear, conv_dim, c.linear_conv_kernel_dim, c.linear_num_value_heads,
                            c.linear_key_head_dim, c.linear_value_head_dim, self.dtype, self.device)
 
-    @classmethod
-    def from_model_data(cls, data: ModelData, device: torch.device | str = "cpu",
-                        dtype: torch.dtype | None = None, max_positions: int | None = None,
-                        **kwargs) -> Qwen35Model:
-        """Prepare ``data`` for ``device``. fp32 on CPU (exact parity), bf16 on CUDA by default."""
-        device = torch.device(device)
-        if dtype is None:
-            dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
-        max_positions = max_positions or data.config.max_position_embeddings
-        return cls(data.config, data, device, dtype, max_positions, **kwargs)
-
-    @property
-    def max_positions(self) -> int:
-        return self.cache.max_positions
-
     def setup_cache(self, max_positions: int, dtype: torch.dtype | None = None) -> None:
         """Reallocate the KV cache and RoPE tables for a new context length (drops the sequence)."""
         dtype = dtype or self.cache.k.dtype
@@ -473,12 +461,6 @@ class Qwen35Model(torch.nn.Module):
     def reset_state(self) -> None:
         """Start a new sequence: zero the DeltaNet conv and recurrent state (KV needs no reset)."""
         self.state.reset()
-
-    def weight_bytes(self) -> int:
-        """Bytes of prepared weights resident on the device (excludes KV cache and recurrent state)."""
-        tensors = list(self.named_buffers()) + list(self.named_parameters())
-        return sum(b.numel() * b.element_size() for n, b in tensors
-                   if not n.startswith(("cache.", "rope.", "state.")))
 
     def state_bytes(self) -> int:
         return self.state.nbytes

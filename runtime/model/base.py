@@ -1,0 +1,41 @@
+"""What every architecture's prepared model shares: construction from ModelData and memory accounting.
+
+Why a base class: the engine, the planner checks and the benchmark treat Qwen3 and the Qwen3.5
+hybrid alike (``from_model_data``, ``max_positions``, ``weight_bytes``); the forward passes stay in
+their own files.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+import torch
+
+from runtime.formats.model_data import ModelData
+
+
+class PreparedModel(torch.nn.Module):
+    """Base of the per-architecture models. Subclasses own ``self.cache`` (a KV cache)."""
+
+    # buffers under these prefixes are per-sequence state, not weights
+    STATE_PREFIXES: tuple[str, ...] = ("cache.", "rope.")
+
+    @classmethod
+    def from_model_data(cls, data: ModelData, device: torch.device | str = "cpu",
+                        dtype: torch.dtype | None = None, max_positions: int | None = None,
+                        **kwargs: Any) -> Self:
+        """Prepare ``data`` for ``device``. fp32 on CPU (exact parity), bf16 on CUDA by default."""
+        device = torch.device(device)
+        if dtype is None:
+            dtype = torch.float32 if device.type == "cpu" else torch.bfloat16
+        max_positions = max_positions or data.config.max_position_embeddings
+        return cls(data.config, data, device, dtype, max_positions, **kwargs)
+
+    @property
+    def max_positions(self) -> int:
+        return self.cache.max_positions
+
+    def weight_bytes(self) -> int:
+        """Bytes of prepared weights resident on the device (excludes caches and recurrent state)."""
+        tensors = list(self.named_buffers()) + list(self.named_parameters())
+        return sum(b.numel() * b.element_size() for n, b in tensors if not n.startswith(self.STATE_PREFIXES))
