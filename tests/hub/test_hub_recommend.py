@@ -28,9 +28,16 @@ def test_small_gpu_gets_a_small_model(paths):
     assert rec.device == "gpu" and rec.model.id == "bonsai-8b"
 
 
-def test_cpu_only_machine_is_capped_at_8b(paths):
+def test_cpu_only_machine_gets_the_smallest_model_like_the_app(paths):
+    """CLI and app agree: on a CPU the smallest model that fits (app.model_fit.recommend does the same)."""
+    from app.model_fit import Hardware
+    from app.model_fit import recommend as app_recommend
+
     rec = recommend_model(Catalog.load(paths), MachineMemory(None, 0, 64 * GiB))
-    assert rec.device == "cpu" and rec.model.id == "bonsai-8b" and "no CUDA GPU" in rec.reason
+    assert rec.device == "cpu" and rec.model.id == "bonsai-1.7b" and "no CUDA GPU" in rec.reason
+    app_choice = app_recommend(Catalog.load(paths).models, Hardware(ram_total_bytes=64 * GiB,
+                                                                     ram_available_bytes=64 * GiB))
+    assert app_choice is not None and app_choice[0].id == rec.model.id
     cat = Catalog.load(paths)
     one7, four = cat.get("bonsai-1.7b").default_file(), cat.get("bonsai-4b").default_file()
     ram = int((one7.min_ram_bytes + four.min_ram_bytes) / 2 / 0.85)
