@@ -379,7 +379,27 @@ class Engine:
                     further = min(s.max_new_tokens - 1, ctx - len(prompt_ids))
                     stream = self._token_stream(logits, prompt_ids, s, further)
                 t_step = time.perf_counter()
-                for tok in stream:
+                oom_retries = 0
+                exhausted = False  # the stream ended by itself: the context or max_new_tokens ran out
+                while True:
+                    try:
+                        tok = next(stream)
+                    except StopIteration:
+                        exhausted = True
+                        break
+                    except torch.OutOfMemoryError:
+                        # Out of memory mid-answer: halve the context, rebuild the cache from the
+                        # conversation so far, say so, and go on with the same answer.
+                        oom_retries += 1
+                        seq = prompt_ids + generated
+                        new_ctx = ctx // 2 // CTX_ALIGN * CTX_ALIGN
+                        if oom_retries > 3 or new_ctx <= len(seq):
+                            raise
+                        stream, ctx = self._resume_with_context(seq, s, new_ctx, len(generated)), new_ctx
+                        stats.context_length = ctx
+                        yield NoticeEvent(f"Out of {dev.type.upper()} memory while generating: the context was "
+                                          f"reduced to {ctx} tokens and the answer continues.")
+                        continue
                     now = time.perf_counter()
                     if generated:
                         decode_s += now - t_step
@@ -416,7 +436,7 @@ class Engine:
                         finish = "cancelled"
                         break
                     t_step = time.perf_counter()
-                else:
+                if exhausted:
                     if finish != "cancelled":
                         finish = "length"
                         if len(generated) < s.max_new_tokens:
@@ -457,6 +477,26 @@ class Engine:
         stats.peak_memory_bytes = (int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"
                                    else process_peak_rss_bytes())
         yield DoneEvent(stats=stats, text="".join(texts["answer"]), thinking="".join(texts["thinking"]))
+
+    def _resume_with_context(self, seq: list[int], s: GenerationSettings, new_ctx: int,
+                             done: int) -> Iterator[int]:
+        """After an OOM: reallocate the cache for ``new_ctx`` tokens, prefill ``seq`` again, and
+        return a token stream that continues the answer (``done`` tokens of it already exist)."""
+        model = self.model
+        self._cached_tokens = []
+        if self._decoder is not None:
+            self._decoder.invalidate()  # its graphs captured the old cache buffers
+        model.setup_cache(1)  # release the big cache before allocating the smaller one
+        _release_memory(self.device)
+        model.setup_cache(new_ctx)
+        self.info.context_length = new_ctx
+        logits = None
+        for start in range(0, len(seq), PREFILL_CHUNK):
+            part = seq[start:start + PREFILL_CHUNK]
+            logits = self._forward(part, start)
+            self._cached_tokens.extend(part)
+        further = min(s.max_new_tokens - done - 1, new_ctx - len(seq))
+        return self._token_stream(logits, seq, s, max(0, further))
 
     def _token_stream(self, logits: torch.Tensor, prompt_ids: list[int], s: GenerationSettings,
                       further: int) -> Iterator[int]:

@@ -57,3 +57,48 @@ def test_oom_that_never_ends_gives_a_clear_error(tiny_pair, monkeypatch):
     _fail_first(monkeypatch, failures=10_000)
     with pytest.raises(OutOfMemoryError):
         Engine.load(tiny_pair[1], device="cpu")
+
+
+def test_oom_while_decoding_halves_the_context_and_the_answer_goes_on(long_ctx_data, monkeypatch):
+    engine = Engine.load(long_ctx_data, device="cpu")
+    settings = GenerationSettings(max_new_tokens=12, temperature=0, ignore_eos=True)
+    reference = list(engine.generate("hello there", settings))[-1].stats.token_ids
+    ctx = engine.info.context_length
+
+    engine = Engine.load(long_ctx_data, device="cpu")
+    original = engine._forward
+    calls = {"decode": 0}
+
+    def forward(tokens, start):
+        if len(tokens) == 1:
+            calls["decode"] += 1
+            if calls["decode"] == 5:
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return original(tokens, start)
+
+    monkeypatch.setattr(engine, "_forward", forward)
+    events = list(engine.generate("hello there", settings))
+    notices = [e.message for e in events if isinstance(e, NoticeEvent)]
+    done = events[-1]
+    assert isinstance(done, DoneEvent)
+    assert any(f"reduced to {ctx // 2} tokens" in n for n in notices)
+    assert done.stats.token_ids == reference  # same answer, continued after the rebuild
+    assert done.stats.context_length == ctx // 2 and engine.info.context_length == ctx // 2
+    assert engine.model.max_positions == ctx // 2
+    # the conversation goes on: the next message works and reuses the rebuilt cache
+    nxt = list(engine.generate("hello there", GenerationSettings(max_new_tokens=3, temperature=0)))[-1]
+    assert isinstance(nxt, DoneEvent) and nxt.stats.generated_tokens == 3
+
+
+def test_oom_while_decoding_with_no_room_to_shrink_is_an_error(tiny_pair, monkeypatch):
+    engine = Engine.load(tiny_pair[1], device="cpu", context_length=256)
+    original = engine._forward
+
+    def forward(tokens, start):
+        if len(tokens) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return original(tokens, start)
+
+    monkeypatch.setattr(engine, "_forward", forward)
+    with pytest.raises(OutOfMemoryError, match="while generating"):
+        list(engine.generate("hello", GenerationSettings(max_new_tokens=4, temperature=0, ignore_eos=True)))
