@@ -484,8 +484,7 @@ class Engine:
         return a token stream that continues the answer (``done`` tokens of it already exist)."""
         model = self.model
         self._cached_tokens = []
-        if self._decoder is not None:
-            self._decoder.invalidate()  # its graphs captured the old cache buffers
+        self._decoder = None  # its step and graphs hold the old cache buffers: rebuilt on next use
         model.setup_cache(1)  # release the big cache before allocating the smaller one
         _release_memory(self.device)
         model.setup_cache(new_ctx)
