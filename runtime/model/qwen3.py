@@ -72,6 +72,19 @@ class DenseLinear(torch.nn.Module):
         return F.linear(x, self.weight.to(x.dtype))
 
 
+def linear_factory(dev: torch.device, backend: str, dtype: torch.dtype
+                   ) -> Callable[[TernaryTensor | DenseTensor], torch.nn.Module]:
+    """Prepare one weight for ``dev``: ternary through the kernel backend, dense as a plain linear."""
+    def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
+        if isinstance(t, TernaryTensor):
+            return prepare_linear(t, dev, backend)
+        return DenseLinear(t.data.to(device=dev, dtype=dtype))
+    # On the CPU the kernel reads the (memory-mapped) codes in place: a row-fused copy of
+    # q/k/v and gate/up would hold those weights twice in RAM for ~1% speed, so keep them apart.
+    make.fuse_rows = dev.type != "cpu"  # type: ignore[attr-defined]
+    return make
+
+
 class TernaryEmbedding(torch.nn.Module):
     """Embedding lookup on a packed ternary table: gather the requested rows, dequantize only them."""
 
@@ -216,14 +229,7 @@ class Qwen3Model(PreparedModel):
         register_optional_backends(device)
 
         def make_for(dev: torch.device) -> Callable[[TernaryTensor | DenseTensor], torch.nn.Module]:
-            def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
-                if isinstance(t, TernaryTensor):
-                    return prepare_linear(t, dev, backend if dev.type == device.type else "auto")
-                return DenseLinear(t.data.to(device=dev, dtype=dtype))
-            # On the CPU the kernel reads the (memory-mapped) codes in place: a row-fused copy of
-            # q/k/v and gate/up would hold those weights twice in RAM for ~1% speed, so keep them apart.
-            make.fuse_rows = dev.type != "cpu"  # type: ignore[attr-defined]
-            return make
+            return linear_factory(dev, backend if dev.type == device.type else "auto", dtype)
 
         def norm_for(dev: torch.device) -> Callable[[str], torch.Tensor]:
             def norm(name: str) -> torch.Tensor:

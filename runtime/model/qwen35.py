@@ -38,7 +38,6 @@ from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelErr
 from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
 from runtime.formats.qwen35_names import v_head_permutation
 from runtime.generation import CancelToken
-from runtime.kernels.linear import prepare_linear
 from runtime.kv_cache import KVCache
 from runtime.model import deltanet
 from runtime.model.base import PreparedModel
@@ -46,9 +45,9 @@ from runtime.model.config import ModelConfig
 from runtime.model.hadamard import HadamardRotation, refuse_if_rotated_without_metadata, validate_rotation
 from runtime.model.qwen3 import (
     DenseEmbedding,
-    DenseLinear,
     TernaryEmbedding,
     _FusedOrSplit,
+    linear_factory,
     register_optional_backends,
 )
 from runtime.model.rope import RotaryTables, apply_rope
@@ -359,14 +358,7 @@ class Qwen35Model(PreparedModel):
                 raise UnsupportedModelError(f"inverse rotation is only supported on the embedding, not {sorted(unknown)}")
 
         def make_for(dev: torch.device) -> Callable[[TernaryTensor | DenseTensor], torch.nn.Module]:
-            def make(t: TernaryTensor | DenseTensor) -> torch.nn.Module:
-                if isinstance(t, TernaryTensor):
-                    return prepare_linear(t, dev, backend if dev.type == device.type else "auto")
-                return DenseLinear(t.data.to(device=dev, dtype=dtype))
-            # On the CPU the kernel reads the (memory-mapped) codes in place: a row-fused copy of
-            # q/k/v and gate/up would hold those weights twice in RAM for ~1% speed, so keep them apart.
-            make.fuse_rows = dev.type != "cpu"  # type: ignore[attr-defined]
-            return make
+            return linear_factory(dev, backend if dev.type == device.type else "auto", dtype)
 
         make = make_for(device)
 
