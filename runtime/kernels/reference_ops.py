@@ -35,6 +35,16 @@ def ref_ternary_matmul(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tenso
     return y
 
 
+def ref_int8_activations(x: torch.Tensor) -> torch.Tensor:
+    """x as the int8-activation mat-vec sees it: per 16 consecutive values, ``q = round(x / s)`` with
+    ``s = absmax / 127`` (round half up), returned dequantized (``q * s``, fp32)."""
+    xf = x.float().reshape(*x.shape[:-1], -1, 16)
+    amax = xf.abs().amax(-1, keepdim=True)
+    rcp = torch.where(amax > 0, 127.0 / amax.clamp_min(1e-30), torch.zeros_like(amax))
+    q = torch.floor(xf * rcp + 0.5).clamp(-127, 127)
+    return (q * (amax / 127.0)).reshape(x.shape)
+
+
 def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:
     """HF RMSNorm. offset 0 (Qwen3): ``w * (x * rsqrt(ms + eps)).to(dtype)``; offset 1 (Qwen3.5):
     ``(x * rsqrt(ms + eps) * (1 + w)).to(dtype)`` with the product in fp32."""

@@ -292,6 +292,141 @@ def _prep_plain(x_row, nw_ptr, xp_row, K, eps, norm_offset, BLOCK: tl.constexpr,
 
 
 @triton.jit
+def _dp4a(a, b, c, USE_ASM: tl.constexpr):
+    """``c + sum_i a.byte[i] * b.byte[i]`` over the 4 signed bytes of int32 ``a``, ``b`` (PTX ``dp4a``;
+    the same arithmetic in plain integer ops where inline PTX cannot run, i.e. the interpreter)."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        for i in tl.static_range(4):
+            ab = (a >> (8 * i)) & 0xFF
+            ab = ab - ((ab & 0x80) << 1)
+            bb = (b >> (8 * i)) & 0xFF
+            bb = bb - ((bb & 0x80) << 1)
+            c += ab * bb
+        return c
+
+
+@triton.jit
+def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BLOCK_W: tl.constexpr,
+                    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr):
+    """One x row (RMS-normalised when asked) to int8, one fp32 scale per 16 values (one weight word).
+
+    Output row of ``6 * K/16`` int32: rows 0..3 ``q[j, w]`` pack the bytes ``x[16w + 4b + j]``
+    (b = 0..3) — exactly the weights that ``(word >> 2j) & 0x03030303`` exposes, so one ``dp4a``
+    multiplies 4 codes by their 4 activations; row 4 the fp32 scale (bit pattern) of word w; row 5
+    the sum of word w's 16 int8 values (codes are t + 1: ``sum (c - 1) q = sum c q - sum q``)."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_xm
+    q_row = q_ptr + row * 6 * KW
+    inv = 1.0
+    if NORM:  # every program reduces the whole (small, L2-resident) row: no second launch
+        ss = tl.zeros([NORM_BLOCK], tl.float32)
+        for k0 in range(0, K, NORM_BLOCK):
+            kk = k0 + tl.arange(0, NORM_BLOCK)
+            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+            ss += xv * xv
+        inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    # one block of BLOCK_W words per program
+    w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
+    xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
+    amax = tl.max(tl.abs(xf), axis=1)
+    scale = amax / 127.0
+    rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
+    q = tl.floor(xf * rcp[:, None] + 0.5)
+    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int32)  # [BLOCK_W, 16], index 4b + j
+    wm = w < KW
+    tl.store(q_row + 5 * KW + w, tl.sum(q, axis=1), mask=wm)
+    tl.store(q_row + 4 * KW + w, scale.to(tl.int32, bitcast=True), mask=wm)
+    q3 = tl.reshape(q & 0xFF, [BLOCK_W, 4, 4])  # [w, b, j]
+    shift = (tl.arange(0, 4) * 8)[None, :, None]
+    packed = tl.sum(q3 << shift, axis=1)  # [w, j]; disjoint bytes, so the sum is an OR
+    tl.store(q_row + tl.arange(0, 4)[None, :] * KW + w[:, None], packed, mask=wm[:, None])
+
+
+@triton.jit
+def _gemv_q8_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, KW, NG,
+    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+):
+    """Mat-vec on int8 activations (W2A8, as llama.cpp's MMVQ and BitNet's GPU kernel): per int32
+    weight word, four ``(w >> 2j) & 0x03030303`` + ``dp4a`` give the exact integer dot of 16 codes
+    with 16 int8 activations — ~1 instruction per weight instead of ~3.6 for the fp32 decode —
+    then one convert and two multiplies (activation scale, weight group scale) per word.
+    ``q_ptr`` holds ``_quant_x_kernel``'s rows; WPG = words per scale group (G / 16)."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    q_row = q_ptr + pid_m * 6 * KW
+    n_wb = tl.cdiv(KW, BLOCK_W)
+    per_split = tl.cdiv(n_wb, SPLIT_K)
+    wb0 = pid_k * per_split
+    wb1 = tl.minimum(wb0 + per_split, n_wb)
+    acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    n_groups = NG
+    kw_total = KW
+    for wb in range(wb0, wb1):
+        wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
+        if EVEN_K:
+            km = wk >= 0
+        else:
+            km = wk < kw_total
+        wmask = n_mask[:, None] & km[None, :]
+        widx = offs_n[:, None] * kw_total + wk[None, :]
+        words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        if DUAL:
+            words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        xs = tl.load(q_row + 4 * kw_total + wk, mask=km, other=0).to(tl.float32, bitcast=True)
+        xsum = tl.load(q_row + 5 * kw_total + wk, mask=km, other=0)
+        dot = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
+        dot2 = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
+        for j in tl.static_range(4):
+            xq = tl.load(q_row + j * kw_total + wk, mask=km, other=0)[None, :]
+            dot = _dp4a((words >> (2 * j)) & 0x03030303, xq, dot, USE_ASM)
+            if DUAL:
+                dot2 = _dp4a((words2 >> (2 * j)) & 0x03030303, xq, dot2, USE_ASM)
+        sidx = offs_n[:, None] * n_groups + wk[None, :] // WPG
+        sc = tl.load(s_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
+        acc2d += (dot - xsum[None, :]).to(tl.float32) * (sc * xs[None, :])
+        if DUAL:
+            sc2 = tl.load(s2_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
+            acc2d2 += (dot2 - xsum[None, :]).to(tl.float32) * (sc2 * xs[None, :])
+    acc = tl.sum(acc2d, axis=1)
+    acc2 = tl.sum(acc2d2, axis=1)
+    if SPLIT_K == 1:
+        _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+    else:
+        NP = 2 * N if DUAL else N
+        pbase = part_ptr + (pid_k * M + pid_m) * NP
+        tl.store(pbase + offs_n, acc, mask=n_mask)
+        if DUAL:
+            tl.store(pbase + N + offs_n, acc2, mask=n_mask)
+        tl.debug_barrier()
+        cidx = pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + cidx, 1)
+        if arrived == SPLIT_K - 1:
+            tot = tl.zeros([BLOCK_N], tl.float32)
+            tot2 = tl.zeros([BLOCK_N], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                pb = part_ptr + (s * M + pid_m) * NP
+                tot += tl.load(pb + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    tot2 += tl.load(pb + N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+            _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
+                           DUAL, RESIDUAL)
+            tl.atomic_xchg(cnt_ptr + cidx, 0)
+
+
+@triton.jit
 def _gemv_dot_kernel(
     x_ptr, stride_xm, nw_ptr,
     w_ptr, s_ptr, w2_ptr, s2_ptr,
@@ -486,7 +621,32 @@ _DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4)]
 # (the bench) times every candidate above
 _QUICK_GEMV = [(8, 1024, 1, 4), ("xp", 8, 1024, 1, 4), ("xp", 16, 512, 1, 4), ("x3", 8, 1024, 1, 4),
                ("x3", 4, 4096, 1, 4), ("dot", 128, 0, 1, 4)]
+# int8 activations + dp4a (W2A8): ("q8", BLOCK_N, BLOCK_K, SPLIT_K, warps); used only when decode
+# activations are "int8" (see set_decode_activations)
+_Q8_CANDIDATES = [("q8", 4, 4096, 1, 4), ("q8", 8, 2048, 1, 4), ("q8", 8, 1024, 1, 4), ("q8", 16, 1024, 1, 8),
+                  ("q8", 16, 512, 1, 4), ("q8", 4, 2048, 1, 2), ("q8", 2, 4096, 1, 2), ("q8", 8, 4096, 1, 8),
+                  ("q8", 32, 512, 1, 8), ("q8", 8, 1024, 4, 4), ("q8", 4, 1024, 3, 4), ("q8", 16, 256, 1, 4)]
+_QUICK_Q8 = [("q8", 4, 4096, 1, 4), ("q8", 8, 2048, 1, 4), ("q8", 8, 1024, 1, 4), ("q8", 16, 512, 1, 4),
+             ("q8", 2, 4096, 1, 2)]
 _INTERPRET_GEMV = (16, 64, 1, 4)
+ACTIVATION_MODES = ("int8", "exact")
+_decode_activations = os.environ.get("TERNARY_DECODE_ACTIVATIONS", "int8")
+if _decode_activations not in ACTIVATION_MODES:
+    _decode_activations = "int8"
+
+
+def set_decode_activations(mode: str) -> None:
+    """``"int8"``: decode mat-vecs quantise x to int8 (one scale per 16 values) and use ``dp4a`` —
+    what llama.cpp does for every quantised mat-vec, ~3x fewer instructions per weight; ``"exact"``:
+    x stays fp32 in the kernel (results equal the reference to fp32 rounding). Prefill is always exact."""
+    global _decode_activations
+    if mode not in ACTIVATION_MODES:
+        raise ValueError(f"decode activations must be one of {', '.join(ACTIVATION_MODES)}, not {mode!r}")
+    _decode_activations = mode
+
+
+def decode_activations() -> str:
+    return _decode_activations
 _MM_CANDIDATES = [(64, 64, 4), (128, 64, 8), (64, 128, 8), (128, 128, 8)]  # (BLOCK_M, BLOCK_N, warps)
 
 _tuned: dict[str, tuple] = {}
@@ -600,7 +760,38 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
+def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
+    _, bn, bk, sk, warps = cfg
+    m = x2.shape[0]
+    kw = k // 16
+    qx = torch.empty(m, 6 * kw, dtype=torch.int32, device=x2.device)
+    qw = min(64, triton.next_power_of_2(kw))
+    _quant_x_kernel[(m, triton.cdiv(kw, qw))](
+        x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
+        BLOCK_W=qw, NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0,
+        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4)
+    bw = max(1, bk // 16)
+    n_tiles = triton.cdiv(n, bn)
+    if sk > 1:
+        part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=x2.device)
+        cnt = _counter_buffer(x2.device, m * n_tiles)
+    else:
+        part = cnt = y2  # unused
+    wv = w.view(torch.int32)
+    _gemv_q8_kernel[(m, n_tiles, sk)](
+        qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, kw, k // g,
+        WPG=g // 16, BLOCK_N=bn, BLOCK_W=bw, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
+        EVEN_K=kw % bw == 0, USE_ASM=not INTERPRET, num_warps=warps,
+    )
+
+
 def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=0):
+    if cfg[0] == "q8":
+        if encoding != T2:
+            raise ValueError("the int8-activation mat-vec handles t2 weights")
+        return _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
     if cfg[0] in ("xp", "x3"):
         if encoding != T2:
             raise ValueError("the prepared-x mat-vec handles t2 weights")
@@ -665,23 +856,33 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
     if INTERPRET:
         bn, bk, sk, w_ = _INTERPRET_GEMV
         return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
+    int8 = _decode_activations == "int8" and encoding == T2 and g >= 16
     key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
+    key += "|a8" if int8 else ""
     cfg = _tuned.get(key)
     if cfg is not None:
         return cfg
     m = x2.shape[0]
     cands: list[tuple] = []
-    for bn, bk, sk, warps in _GEMV_CANDIDATES:
-        n_kb = triton.cdiv(k, bk)
-        if sk > n_kb or m * triton.cdiv(n, bn) * sk < 64:
-            continue
-        cands.append((bn, bk, sk, warps))
+
+    def fits(c: tuple) -> bool:
+        return c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64
+
+    if int8:
+        cands += [c for c in _Q8_CANDIDATES if fits(c)]
     if encoding == T2 and g >= 16:
+        # prepared-x variants only: the plain FMA kernel (x re-read and converted per weight word)
+        # measured 4x slower inside a real decode step than alone (o_proj 38 vs 9 us, H200)
+        cands += [c for c in _XP_CANDIDATES + _X3_CANDIDATES if fits(c)]
         cands += [c for c in _DOT_CANDIDATES if c[3] <= k // g]
-        cands += [c for c in _XP_CANDIDATES + _X3_CANDIDATES
-                  if c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
+    else:
+        for bn, bk, sk, warps in _GEMV_CANDIDATES:
+            n_kb = triton.cdiv(k, bk)
+            if sk > n_kb or m * triton.cdiv(n, bn) * sk < 64:
+                continue
+            cands.append((bn, bk, sk, warps))
     if os.environ.get("TERNARY_KERNELS_TUNE") != "full":
-        cands = [c for c in cands if c in _QUICK_GEMV] or cands
+        cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
     if torch.cuda.is_current_stream_capturing():  # cannot measure inside a capture: safe default

@@ -39,9 +39,44 @@ SHAPES = [(4096, 2048), (6144, 4096), (4096, 12288), (17408, 5120), (151669, 409
 def test_gpu_matvec_shapes(n: int, k: int, dtype: torch.dtype) -> None:
     codes, scales = weight(n, k, seed=n)
     x = torch.randn(1, k, device=DEV).to(dtype)
-    expect = ref.ref_ternary_matmul(x, codes, scales, 128)
-    y = tlin.ternary_matvec(x, codes, scales, 128)  # tuned config
-    assert rel(y, expect) < TOL[dtype]
+    old = tlin.decode_activations()
+    try:
+        tlin.set_decode_activations("exact")
+        expect = ref.ref_ternary_matmul(x, codes, scales, 128)
+        y = tlin.ternary_matvec(x, codes, scales, 128)  # tuned config
+        assert rel(y, expect) < TOL[dtype]
+        tlin.set_decode_activations("int8")
+        y = tlin.ternary_matvec(x, codes, scales, 128)  # tuned among int8 and exact kernels
+        xq = ref.ref_int8_activations(x)
+        assert min(rel(y, ref.ref_ternary_matmul(xq, codes, scales, 128)), rel(y, expect)) < TOL[dtype]
+        assert rel(y, expect) < 2e-2
+    finally:
+        tlin.set_decode_activations(old)
+
+
+@pytest.mark.parametrize("cfg", tlin._Q8_CANDIDATES)
+def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
+    """W2A8 (dp4a) mat-vec at 8B shapes, batch 1..8, plain / fused norm / SwiGLU / residual."""
+    n, k = 6144, 4096
+    codes, scales = weight(n, k, seed=2)
+    up_codes, up_scales = weight(n, k, seed=3)
+    nw = torch.rand(k, device=DEV, dtype=torch.bfloat16) + 0.5
+    for m in (1, 3, 8):
+        x = torch.randn(m, k, device=DEV, dtype=torch.float32)
+        xq = ref.ref_int8_activations(x)
+        y = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
+        assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, 128)) < 1e-5
+        assert torch.equal(y, tlin.ternary_matvec(x, codes, scales, 128, config=cfg))  # reproducible
+        xb = x.to(torch.bfloat16)
+        y = tlin.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+                               config=cfg)
+        e = ref.ref_swiglu_matvec(ref.ref_int8_activations(ref.ref_rmsnorm(xb, nw, 1e-6)),
+                                  codes, scales, up_codes, up_scales, 128)
+        assert rel(y, e) < TOL[torch.bfloat16]
+        r = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
+        e = ref.ref_ternary_matmul(ref.ref_int8_activations(xb), codes, scales, 128, residual=r.float())
+        tlin.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=cfg)
+        assert rel(r, e) < TOL[torch.bfloat16]
 
 
 @pytest.mark.parametrize("cfg", tlin._GEMV_CANDIDATES + tlin._DOT_CANDIDATES + tlin._XP_CANDIDATES

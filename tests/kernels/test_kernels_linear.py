@@ -144,3 +144,41 @@ def test_kernels_bad_inputs_raise() -> None:
         tlin.ternary_matvec(torch.randn(1, 128), codes[:, :-1].contiguous(), scales, 64)
     with pytest.raises(ValueError, match="even number of rows"):
         tlin.swiglu_matvec(torch.randn(1, 128), codes[:15], scales[:15], 64)
+
+
+@pytest.mark.parametrize("cfg", [("q8", 16, 64, 1, 4), ("q8", 8, 128, 2, 4), ("q8", 4, 256, 3, 4)])
+@pytest.mark.parametrize("g", [64, 128])
+def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
+    """W2A8 mat-vec (dp4a emulated in the interpreter) == the fp32 reference on int8-rounded x,
+    incl. split-K, fused RMSNorm, SwiGLU, residual; and within the int8 rounding of the exact result."""
+    n, k, m = 24, 384, 2  # K = 24 words: uneven against every BLOCK_K above
+    codes, scales = make_weight(n, k, g, "t2", seed=31)
+    up_codes, up_scales = make_weight(n, k, g, "t2", seed=32)
+    x = torch.randn(m, k)
+    x[0, :16] = 0.0  # an all-zero word: scale 0, no division by zero
+    xq = ref.ref_int8_activations(x)
+    y = tlin.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
+    assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
+    exact = ref.ref_ternary_matmul(x, codes, scales, g)
+    assert 1e-4 < rel(y, exact) < 2e-2  # int8 rounding is visible but small
+    nw = torch.randn(k) * 0.1 + 1
+    y = tlin.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
+    hq = ref.ref_int8_activations(ref.ref_rmsnorm(x, nw, 1e-6))
+    e = ref.ref_swiglu_matvec(hq, codes, scales, up_codes, up_scales, g)
+    assert rel(y, e) < 1e-5
+    resid = torch.randn(m, n)
+    e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
+    tlin.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
+    assert rel(resid, e) < 1e-5
+
+
+def test_kernels_decode_activation_mode_switch() -> None:
+    assert tlin.decode_activations() in tlin.ACTIVATION_MODES
+    old = tlin.decode_activations()
+    try:
+        tlin.set_decode_activations("exact")
+        assert tlin.decode_activations() == "exact"
+        with pytest.raises(ValueError, match="decode activations"):
+            tlin.set_decode_activations("int4")
+    finally:
+        tlin.set_decode_activations(old)

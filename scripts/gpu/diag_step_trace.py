@@ -1,0 +1,98 @@
+"""Per-kernel durations, in launch order, of one graph-captured decode step (diagnostic).
+
+Usage: ``python3 scripts/gpu/diag_step_trace.py`` on the GPU machine. Prints each kernel of one
+replayed step with its duration, then per-role sums for the mat-vecs, and ablations that
+replace the attention with a copy to see whether neighbouring kernels slow the mat-vecs down.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from runtime.bench import _prefill, build_model, synthetic_model_cached  # noqa: E402
+from runtime.gpu_decode import fused_qwen3_step  # noqa: E402
+from runtime.kernels import triton_attention as ta  # noqa: E402
+from runtime.planner import plan_for_this_machine  # noqa: E402
+
+
+def capture(step, tok, pos):
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step(tok, pos)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step(tok, pos)
+    return g
+
+
+def time_graph(g, n=50):
+    g.replay()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def trace(g, out):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        g.replay()
+        torch.cuda.synchronize()
+    p.export_chrome_trace(out)
+    ev = json.load(open(out))["traceEvents"]
+    ks = [e for e in ev if e.get("cat") == "kernel"]
+    ks.sort(key=lambda e: e["ts"])
+    return [(e["name"][:40], e["dur"], e.get("args", {}).get("grid")) for e in ks]
+
+
+def main() -> int:
+    dev = torch.device("cuda", 0)
+    md = synthetic_model_cached("bonsai-8b", 0, "/dev/shm/ternary-synthetic", workers=12)
+    plan = plan_for_this_machine(md, device=str(dev), ctx_cap=4096)
+    model, _, _ = build_model(md, dev, plan)
+    ids = torch.randint(0, md.config.vocab_size, (512,), generator=torch.Generator().manual_seed(0)).to(dev)
+    res = {}
+    with torch.inference_mode():
+        _prefill(model, ids, 512)
+        tok = ids[:1].clone()
+        pos = torch.tensor([512], device=dev)
+        step = fused_qwen3_step(model)
+        g = capture(step, tok, pos)
+        res["step_ms"] = time_graph(g)
+        ks = trace(g, "/tmp/step_trace.json")
+        print("kernels", len(ks), "sum us", sum(k[1] for k in ks))
+        for i, k in enumerate(ks[:40]):
+            print(i, k)
+        print("...")
+        for i, k in enumerate(ks[-12:]):
+            print(len(ks) - 12 + i, k)
+        # ablation: attention replaced by a copy of q (same shapes, no KV reads)
+        orig = ta.decode_attention
+        ta.decode_attention = lambda q, kc, vc, seq_len, sm, **kw: q.clone()
+        step2 = fused_qwen3_step(model)
+        g2 = capture(step2, tok, pos)
+        res["step_no_attention_ms"] = time_graph(g2)
+        ks2 = trace(g2, "/tmp/step_trace2.json")
+        res["no_attention_gemv_us"] = sum(k[1] for k in ks2 if "gemv" in k[0])
+        ta.decode_attention = orig
+        res["gemv_us"] = sum(k[1] for k in ks if "gemv" in k[0])
+        res["n_kernels"] = len(ks)
+    print(json.dumps(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
