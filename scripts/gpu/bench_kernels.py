@@ -150,7 +150,8 @@ def bench_shapes(cfg, bw: float) -> list[dict]:
         t_plain = graph_time_ms([mk_plain(c, s) for c, s in ws]) / copies
         key = "|".join(str(p) for p in ("gemv", 1, out_n if kind == "swiglu" else n, k, 128, "t2", kind in
                                          ("norm", "swiglu"), kind == "swiglu", kind == "resid", BF16))
-        cfg_used = tlin._tuned.get(key)
+        cfg_used = tlin._tuned.get(key + "|a8") if tlin.decode_activations() == "int8" else None
+        cfg_used = cfg_used or tlin._tuned.get(key)
         del ws
         dense_bytes = n * k * 2
         dcopies = max(2, min(16, -(-256_000_000 // dense_bytes)))
