@@ -638,7 +638,8 @@ if _decode_activations not in ACTIVATION_MODES:
 def set_decode_activations(mode: str) -> None:
     """``"int8"``: decode mat-vecs quantise x to int8 (one scale per 16 values) and use ``dp4a`` —
     what llama.cpp does for every quantised mat-vec, ~3x fewer instructions per weight; ``"exact"``:
-    x stays fp32 in the kernel (results equal the reference to fp32 rounding). Prefill is always exact."""
+    x stays fp32 in the kernel (results equal the reference to fp32 rounding). Applies to bf16/fp16
+    activations in mat-vecs of <= 8 rows; fp32 activations and prefill GEMMs are always exact."""
     global _decode_activations
     if mode not in ACTIVATION_MODES:
         raise ValueError(f"decode activations must be one of {', '.join(ACTIVATION_MODES)}, not {mode!r}")
@@ -856,7 +857,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
     if INTERPRET:
         bn, bk, sk, w_ = _INTERPRET_GEMV
         return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
-    int8 = _decode_activations == "int8" and encoding == T2 and g >= 16
+    # fp32 activations mean "exact" (reference comparisons); 16-bit ones already round x to 8-9 bits
+    int8 = _decode_activations == "int8" and encoding == T2 and g >= 16 and x2.dtype != torch.float32
     key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
     key += "|a8" if int8 else ""
     cfg = _tuned.get(key)
