@@ -51,6 +51,16 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty
                    "max_new_tokens", "seed")
 
 
+def _kv_bytes_per_value(precision: str, info: dict[str, Any]) -> float:
+    """Approximate KV-cache bytes per stored value for a precision setting ("auto" = the model's
+    activation dtype: fp32 on the CPU). int8 adds one fp32 scale per 128-value head vector."""
+    if precision == "int8":
+        return 1.0 + 4.0 / 128
+    if precision == "auto":
+        return 4.0 if str(info.get("dtype")) == "float32" else 2.0
+    return 2.0
+
+
 class NumberField(QWidget):
     """A line edit for one number with an inline explanation when the value is refused."""
 
@@ -331,11 +341,19 @@ class SettingsDialog(QDialog):
 
         self.kv_combo = QComboBox()
         self.kv_combo.setAccessibleName(self.tr("KV-cache precision"))
-        for value, text in (("auto", self.tr("Auto (fp32 on CPU, bf16 on GPU)")), ("fp16", "fp16"), ("bf16", "bf16")):
+        for value, text in (("auto", self.tr("Auto (fp32 on CPU, bf16 on GPU)")), ("fp16", "fp16"), ("bf16", "bf16"),
+                            ("int8", self.tr("int8 (8-bit, half the memory)"))):
             self.kv_combo.addItem(text, value)
         self.kv_combo.setEnabled("kv_dtype" in accepted)
         self.kv_combo.currentIndexChanged.connect(self._update_cost)
         form.addRow(self.tr("KV-cache precision"), self.kv_combo)
+        kv_note = QLabel(self.tr("int8 stores the conversation memory in 8 bits: about twice the context fits, "
+                                 "at a small accuracy cost. Used from the next model load."))
+        kv_note.setWordWrap(True)
+        kv_note.setAccessibleName(self.tr("KV-cache precision trade-off"))
+        self.kv_note = kv_note
+        self.kv_combo.setToolTip(kv_note.text())
+        form.addRow("", kv_note)
         self._number(form, "vram_cap_gib", self.tr("VRAM cap (GiB, 0 = none)"), optional=True)
         self.fields["vram_cap_gib"].edit.setPlaceholderText("0")
         note = QLabel(self.tr("Hardware changes reload the model when you press OK."))
@@ -560,8 +578,9 @@ class SettingsDialog(QDialog):
         cur_ctx = int(info.get("context_length") or 0)
         kv_now = int(mem.get("kv_cache_bytes") or (plan.get("predicted_breakdown") or {}).get("kv_cache") or 0)
         per_token = kv_now / cur_ctx if cur_ctx and kv_now else 0
-        if self.kv_combo.currentData() in ("fp16", "bf16") and str(info.get("dtype")) == "float32":
-            per_token /= 2  # the engine keeps fp32 K/V on the CPU by default; half precision halves it
+        # rescale from the precision the model was loaded with to the one chosen here
+        per_token *= (_kv_bytes_per_value(self.kv_combo.currentData(), info)
+                      / _kv_bytes_per_value(self.window.settings.hardware.kv_cache_precision, info))
         if self.auto_context.isChecked():
             self.cost_label.setText(self.tr("Auto: the planner picked %1 tokens (KV cache %2).")
                                     .replace("%1", str(cur_ctx)).replace("%2", format_bytes(kv_now)))

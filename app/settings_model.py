@@ -62,7 +62,8 @@ MIN_MANUAL_CONTEXT = 256
 REASONING_EFFORTS = ("", "low", "medium", "high")
 DEVICES_FIXED = ("auto", "cpu", "cuda")
 OFFLOAD_POLICIES = ("auto", "stream", "cpu")  # the planner's offload modes: auto = cheaper per token
-KV_PRECISIONS = ("auto", "fp16", "bf16")  # auto = the engine's activation dtype (fp32 on CPU, bf16 on GPU)
+# auto = the engine's activation dtype (fp32 on CPU, bf16 on GPU); int8 = the 8-bit cache (half the memory)
+KV_PRECISIONS = ("auto", "fp16", "bf16", "int8")
 SOURCES = ("auto", "hf", "modelscope")  # same names as runtime.hub.settings
 LANGUAGES = ("en", "zh_CN")
 THEMES = ("light", "dark")
@@ -124,7 +125,7 @@ class HardwareSettings:
         if self.offload_policy not in OFFLOAD_POLICIES:
             errors.append(("offload_policy", "Offload policy must be auto, stream or cpu."))
         if self.kv_cache_precision not in KV_PRECISIONS:
-            errors.append(("kv_cache_precision", "KV-cache precision must be auto, fp16 or bf16."))
+            errors.append(("kv_cache_precision", "KV-cache precision must be auto, fp16, bf16 or int8."))
         return errors
 
     @property

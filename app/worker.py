@@ -65,7 +65,8 @@ def load_engine(path: str, options: dict[str, Any], progress: Callable[[str, flo
     if isinstance(kwargs.get("kv_dtype"), str):  # settings store names; the engine takes torch dtypes
         import torch
 
-        kwargs["kv_dtype"] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[kwargs["kv_dtype"]]
+        kwargs["kv_dtype"] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+                              "int8": torch.int8}[kwargs["kv_dtype"]]
     ignored = sorted(k for k, v in options.items() if v is not None and k not in accepted)
     if ignored:
         log.info("engine does not accept %s; not passed", ", ".join(ignored))

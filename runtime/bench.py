@@ -138,7 +138,7 @@ def _sync(device: torch.device) -> None:
 
 
 def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dtype | None = None,
-                backend: str = "auto") -> tuple[Any, bool, list[str]]:
+                backend: str = "auto", kv_cache: str = "auto") -> tuple[Any, bool, list[str]]:
     """(model, graph_safe, notes). Honours the plan's placement through the model's ``placement``
     hook when it has one; otherwise streamed layers are moved off the GPU right after loading."""
     import inspect
@@ -151,6 +151,10 @@ def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dt
     kw: dict[str, Any] = {"max_positions": plan.context_length, "backend": backend}
     if dtype is not None:
         kw["dtype"] = dtype
+    if kv_cache != "auto":  # "auto": the model's default, its activation dtype
+        from runtime.kv_cache import resolve_kv_dtype
+
+        kw["kv_dtype"] = resolve_kv_dtype(kv_cache, torch.float32)
     hooked = placement is not None and "placement" in inspect.signature(Qwen3Model.__init__).parameters
     if hooked:
         kw["placement"] = placement
@@ -186,10 +190,20 @@ def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dt
     return model, graph_safe, notes
 
 
-def _prefill(model: Any, ids: torch.Tensor, chunk: int) -> torch.Tensor:
+def _prefill(model: Any, ids: torch.Tensor, chunk: int, graph: bool = True) -> torch.Tensor:
+    """Last-position logits after prefilling ``ids`` in chunks, like the engine: on CUDA through
+    the model's graph-captured :mod:`runtime.prefill` runner (``graph=False``: the eager forward)."""
+    runner = None
+    if graph and ids.device.type == "cuda":
+        from runtime.prefill import graph_prefill_runner
+
+        runner = graph_prefill_runner(model, chunk)
     logits = None
     for s in range(0, ids.numel(), chunk):
         part = ids[s:s + chunk]
+        if runner is not None:
+            logits = runner(part, s)
+            continue
         pos = torch.arange(s, s + part.numel(), device=ids.device)
         logits = model.forward(part, pos, kv_len=s + part.numel(), last_only=True)
     assert logits is not None
@@ -197,15 +211,16 @@ def _prefill(model: Any, ids: torch.Tensor, chunk: int) -> torch.Tensor:
 
 
 def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int], gen: int, runs: int,
-               max_vram: int | None = None) -> dict[str, Any]:
+               max_vram: int | None = None, kv_cache: str = "auto") -> dict[str, Any]:
     """Cold start, then ``runs`` measured runs after one warm-up (graph capture happens there)."""
-    from runtime.gpu_decode import GraphDecoder, enforce_max_vram, fused_qwen3_step
+    from runtime.gpu_decode import enforce_max_vram, fused_qwen3_step
+    from runtime.gpu_decode_qwen35 import fused_qwen35_step, graph_decoder_for, snapshot_state
 
     res: dict[str, Any] = {}
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
-    model, graph_safe, notes = build_model(md, device, plan)
+    model, graph_safe, notes = build_model(md, device, plan, kv_cache=kv_cache)
     if device.type == "cuda" and notes:
         torch.cuda.reset_peak_memory_stats(device)
     if device.type == "cuda" and max_vram is not None:
@@ -218,19 +233,22 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
     step, res["step"] = fwd, "engine forward"
     with torch.inference_mode():
         logits = _prefill(model, ids, plan.prefill_chunk)
-        fused = fused_qwen3_step(model) if device.type == "cuda" else None
+        fused = (fused_qwen3_step(model) or fused_qwen35_step(model)) if device.type == "cuda" else None
         if fused is not None:
             # self-check: the fused step must give the engine forward's logits for the next token
             tok = torch.argmax(logits).reshape(1)
             pos = torch.tensor([len(prompt)], device=device)
-            want, got = fwd(tok, pos), fused(tok, pos)
+            restore = snapshot_state(model)  # hybrid: both calls must start from the same DeltaNet state
+            want = fwd(tok, pos)
+            restore()
+            got = fused(tok, pos)
             err = float((got - want).norm() / want.norm().clamp_min(1e-30))
             res["fused_check_rel_err"] = err
             if err < 5e-2:
                 step, res["step"] = fused, "fused triton step"
             else:
                 notes.append(f"fused decode step disagrees with the engine forward (rel err {err:.3g}); not used")
-        dec = GraphDecoder(step, model.vocab_size, device, use_graph=graph_safe and device.type == "cuda")
+        dec = graph_decoder_for(model, step, device, use_graph=graph_safe and device.type == "cuda")
         dec.configure(settings, prompt)
         first = dec.sample_first(logits)
         res["cold_start_s"] = time.perf_counter() - t0
@@ -356,8 +374,10 @@ def bench_bf16(md: ModelData, device: torch.device, prompt: list[int], gen: int,
 
 def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_tokens: int = 512, gen: int = 256,
               runs: int = 3, max_vram: int | None = None, baseline: str | None = "bf16", seed: int = 0,
-              baseline_gen: int | None = None, offload_mode: str | None = None) -> dict[str, Any]:
-    """Benchmark ``md``; returns a JSON-able dict (see module docstring)."""
+              baseline_gen: int | None = None, offload_mode: str | None = None,
+              kv_cache: str = "auto", decode_activations: str | None = None) -> dict[str, Any]:
+    """Benchmark ``md``; returns a JSON-able dict (see module docstring). ``kv_cache``: auto (the
+    activation dtype), fp16, bf16 or int8 (``runtime.kv_cache.KV_CACHE_CHOICES``)."""
     from runtime import devices
     from runtime.planner import plan_for_this_machine
 
@@ -370,7 +390,7 @@ def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_to
     prompt = torch.randint(0, md.config.vocab_size, (prompt_tokens,), generator=g).tolist()
     if prompt_tokens + gen > ctx:
         raise ValueError(f"--prompt-tokens {prompt_tokens} + --gen {gen} exceed --ctx {ctx}")
-    kw: dict[str, Any] = {"ctx_cap": ctx}
+    kw: dict[str, Any] = {"ctx_cap": ctx, "kv_dtype": "fp16" if kv_cache == "auto" else kv_cache}
     if offload_mode:
         kw["offload_mode"] = offload_mode
     if dev.type == "cuda" and offload_mode is None and max_vram is not None:
@@ -381,14 +401,21 @@ def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_to
         "model": md.name, "device": str(dev), "gpu": rep.gpus[0].name if rep.gpus and dev.type == "cuda" else rep.cpu_name,
         "torch": torch.__version__, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "ctx": ctx, "prompt_tokens": prompt_tokens, "gen": gen, "runs": runs, "max_vram": max_vram, "seed": seed,
+        "kv_cache": kv_cache,
         "packed_weight_bytes": sizes.total_bytes, "plan": plan.to_dict(),
     }
     if plan.context_length < prompt_tokens + gen:
         raise ValueError(f"the plan's context ({plan.context_length}) is shorter than prompt + generated tokens")
     if dev.type == "cuda":
-        out["device_used_before_bytes"] = used_before  # NVML, other processes only (None without NVML)
+        from runtime.kernels import triton_linear
+
+        if decode_activations is not None:
+            triton_linear.set_decode_activations(decode_activations)
+        out["decode_activations"] = triton_linear.decode_activations()
+        # NVML "used" before this process touched the GPU: other processes + the driver's reserve
+        out["device_used_before_bytes"] = used_before
         out["device_used_with_context_bytes"] = device_used_bytes(dev.index or 0)
-    out["ours"] = bench_ours(md, dev, plan, prompt, gen, runs, max_vram)
+    out["ours"] = bench_ours(md, dev, plan, prompt, gen, runs, max_vram, kv_cache)
     kvpt = kv_bytes_per_token(md.config, plan.kv_dtype)
     if dev.type == "cuda":
         bw = measure_copy_bandwidth(dev)
@@ -429,7 +456,8 @@ def format_result(r: dict[str, Any]) -> str:
         f"{r['model']} on {r['gpu']} ({r['device']}), ctx {r['ctx']}, prompt {r['prompt_tokens']}, gen {r['gen']}, "
         f"median of {r['runs']} runs, {r['date']}",
         f"plan: ctx {p['context_length']}, {p['layers_on_gpu']} layers on GPU / {p['layers_on_cpu']} on CPU "
-        f"({p['offload_mode']}), embedding {p['embedding_device']}, predicted peak {format_bytes(p['predicted_peak_bytes'])}",
+        f"({p['offload_mode']}), embedding {p['embedding_device']}, KV cache {r.get('kv_cache', 'auto')}, "
+        f"predicted peak {format_bytes(p['predicted_peak_bytes'])}",
         f"ours: cold start {o['cold_start_s']:.2f} s | TTFT {o['ttft_s'] * 1e3:.1f} ms | prefill {o['prefill_tok_s']:.0f} tok/s"
         f" | decode {o['decode_tok_s']:.1f} tok/s (graph={o['graph']}, deterministic={o['deterministic']})",
     ]

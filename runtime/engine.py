@@ -40,6 +40,7 @@ from runtime.generation import (
     NoticeEvent,
     TextEvent,
 )
+from runtime.kv_cache import resolve_kv_dtype
 from runtime.model.qwen3 import Qwen3Model
 from runtime.sampling import Sampler, StopStringMatcher
 from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
@@ -152,21 +153,33 @@ class Engine:
     def load(cls, path: str | os.PathLike | ModelData, device: str = "auto", context_length: int | None = None,
              max_vram_bytes: int | None = None, progress: Callable[[str, float], None] | None = None,
              cancel: CancelToken | None = None, *, dtype: torch.dtype | None = None, backend: str = "auto",
-             kv_dtype: torch.dtype | None = None, graph_decode: bool | None = None,
-             offload: str = "auto") -> Engine:
+             kv_dtype: torch.dtype | str | None = None, graph_decode: bool | None = None,
+             offload: str = "auto", decode_activations: str | None = None) -> Engine:
         """Read a model file (or take a :class:`ModelData`) and prepare it on ``device``.
 
         ``context_length=None`` asks the planner for the largest context that fits (on the CPU at
         most ``CPU_DEFAULT_MAX_CONTEXT`` and a quarter of free RAM). Extensions beyond the API
         contract: ``dtype`` (activations; fp32 on CPU, bf16 on CUDA by default), ``backend`` (ternary
-        matmul backend name), ``kv_dtype`` (defaults to ``dtype``) and ``graph_decode`` (decode
+        matmul backend name), ``kv_dtype`` (a dtype or a name from
+        :data:`runtime.kv_cache.KV_CACHE_CHOICES`; ``None``/"auto" = ``dtype``; ``"int8"`` or
+        ``torch.int8`` = the 8-bit cache, about half the bytes so the planner fits twice the
+        context, at a small accuracy cost, see docs/benchmarks.md) and ``graph_decode`` (decode
         through :class:`runtime.gpu_decode.GraphDecoder`; default: on CUDA) and ``offload``
         ("auto": the planner picks the cheaper offload per token; "stream" or "cpu" force how layers
-        that do not fit the GPU run; passed to the planner's ``offload_mode``).
+        that do not fit the GPU run; passed to the planner's ``offload_mode``) and
+        ``decode_activations`` ("int8": GPU decode mat-vecs on bf16/fp16 activations quantise them to
+        int8 and use ``dp4a``, the default, ~1.6x faster; "exact": keep them in fp32 inside the kernel.
+        Process-wide: it sets :func:`runtime.kernels.triton_linear.set_decode_activations`).
         """
         if offload not in ("auto", "stream", "cpu"):
             raise TernaryError(f"offload must be auto, stream or cpu, got {offload!r}")
+        if decode_activations not in (None, "int8", "exact"):
+            raise TernaryError(f"decode activations must be int8 or exact, got {decode_activations!r}")
         dev = resolve_device(device)
+        if decode_activations is not None and dev.type == "cuda":
+            from runtime.kernels import triton_linear
+
+            triton_linear.set_decode_activations(decode_activations)
 
         def report(stage: str, fraction: float) -> None:
             if cancel is not None and cancel.cancelled:
@@ -184,7 +197,10 @@ class Engine:
             raise UnsupportedModelError("the model file has no tokenizer, so it cannot be used for chat")
         report("planning memory", 0.1)
         act_dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
-        kv = kv_dtype or act_dtype
+        try:
+            kv = resolve_kv_dtype(kv_dtype, act_dtype)
+        except ValueError as exc:
+            raise TernaryError(str(exc)) from exc
         ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv, offload)
         tokenizer = Tokenizer(data.tokenizer)
         kwargs: dict[str, Any] = dict(dtype=act_dtype, max_positions=ctx, backend=backend, kv_dtype=kv)
@@ -485,6 +501,10 @@ class Engine:
         model = self.model
         self._cached_tokens = []
         self._decoder = None  # its step and graphs hold the old cache buffers: rebuilt on next use
+        if self.device.type == "cuda":
+            from runtime.prefill import release_graphs
+
+            release_graphs(model)  # same for the prefill graphs (and their memory pool)
         model.setup_cache(1)  # release the big cache before allocating the smaller one
         _release_memory(self.device)
         model.setup_cache(new_ctx)
@@ -524,11 +544,12 @@ class Engine:
                             further: int) -> Iterator[int]:
         """Same contract through :class:`runtime.gpu_decode.GraphDecoder` (one step in flight)."""
         if self._decoder is None:
-            from runtime.gpu_decode import GraphDecoder, fused_qwen3_step
+            from runtime.gpu_decode import fused_qwen3_step
+            from runtime.gpu_decode_qwen35 import fused_qwen35_step, graph_decoder_for
 
             model = self.model
-            step = fused_qwen3_step(model) or (lambda tok, pos: model(tok, pos)[-1])
-            self._decoder = GraphDecoder(step, model.vocab_size, self.device)
+            step = fused_qwen3_step(model) or fused_qwen35_step(model) or (lambda tok, pos: model(tok, pos)[-1])
+            self._decoder = graph_decoder_for(model, step, self.device)  # hybrid: warm-up keeps its state
         dec = self._decoder
         dec.configure(s, prompt_ids)
         prev = dec.sample_first(logits[-1])
@@ -539,8 +560,17 @@ class Engine:
             yield tok
 
     def _forward(self, tokens: list[int], start: int) -> torch.Tensor:
-        """Run ``tokens`` at positions ``start..``; return the last position's logits ``[1, vocab]``."""
+        """Run ``tokens`` at positions ``start..``; return the last position's logits ``[1, vocab]``.
+
+        With CUDA graphs on (``graph_decode``) a prompt chunk goes through the model's shared
+        :class:`runtime.prefill.GraphPrefill` (padded, graph-captured; it falls back to this eager
+        forward by itself for models it cannot capture and re-captures after ``setup_cache``).
+        """
         dev = self.device
+        if len(tokens) > 1 and self.graph_decode and dev.type == "cuda":
+            from runtime.prefill import graph_prefill_runner
+
+            return graph_prefill_runner(self.model, PREFILL_CHUNK)(tokens, start)
         ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long, device=dev)
         return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)
@@ -649,7 +679,7 @@ def _choose_context(data: ModelData, dev: torch.device, requested: int | None, m
             raise TernaryError(f"context length must be at least 2 tokens, got {requested}")
         if requested > model_max:
             raise TernaryError(f"context length {requested} exceeds the model's maximum of {model_max}")
-    kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(kv_dtype, "fp16")
+    kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}.get(kv_dtype, "fp16")
     plan = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
                                          kv_dtype=kv_name, offload_mode=None if offload == "auto" else offload)
     planned = int(plan.context_length)
@@ -661,7 +691,8 @@ def _choose_context(data: ModelData, dev: torch.device, requested: int | None, m
     if dev.type == "cpu":
         import psutil
 
-        kv_bytes = cfg.kv_bytes_per_token(torch.tensor([], dtype=kv_dtype).element_size())
+        kv_bytes = (planner.kv_bytes_per_token(cfg, "int8") if kv_dtype == torch.int8  # scales included
+                    else cfg.kv_bytes_per_token(torch.tensor([], dtype=kv_dtype).element_size()))
         ram_cap = int(psutil.virtual_memory().available * CPU_KV_RAM_FRACTION) // max(1, kv_bytes)
         ctx = min(ctx, CPU_DEFAULT_MAX_CONTEXT, ram_cap)
         ctx = max(CTX_ALIGN, ctx // CTX_ALIGN * CTX_ALIGN) if ctx >= CTX_ALIGN else ctx

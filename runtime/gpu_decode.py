@@ -297,7 +297,8 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     except ImportError:
         return None
     cfg = getattr(model, "config", None)
-    if cfg is None or cfg.arch != "qwen3" or model.cache.k.dtype not in (torch.float16, torch.bfloat16, torch.float32):
+    if cfg is None or cfg.arch != "qwen3" or \
+            model.cache.k.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.int8):
         return None
 
     def lin(m: torch.nn.Module | None) -> torch.nn.Module | None:
@@ -333,8 +334,11 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
             k = y[:, nq:nq + nkv].view(1, cfg.num_kv_heads, hd)
             v = y[:, nq + nkv:].view(1, cfg.num_kv_heads, hd)
             kc, vc = cache.k[i], cache.v[i]
-            qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps)
-            a = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale)
+            ks = cache.k_scale[i] if cache.k_scale is not None else None  # int8 cache: fp32 [Hkv, max_pos]
+            vs = cache.v_scale[i] if cache.v_scale is not None else None
+            qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps,
+                                          k_scale=ks, v_scale=vs)
+            a = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs)
             x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x)
             h = tlin.swiglu_matvec(x, gu.codes, gu.scales, gu.group_size, norm_weight=b.post_norm, eps=eps)
             x = tlin.ternary_matvec(h, d.codes, d.scales, d.group_size, residual=x)

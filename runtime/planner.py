@@ -33,10 +33,12 @@ from runtime.model.config import ModelConfig
 CTX_ALIGN = 256
 # Device memory outside torch's allocator (CUDA context, cuBLAS workspace, loaded Triton/CUDA
 # modules). For a card we cannot see (--gpu-memory) a typical consumer figure; for a real card
-# CONTEXT_BYTES_PER_SM x its multiprocessors (measured on an H200, 132 SMs, torch 2.11 + CUDA 13:
-# device-used minus torch-reserved = 1.32-1.35 GiB; the per-SM scaling to other cards is an estimate).
+# CONTEXT_BYTES_PER_SM x its multiprocessors (measured on an H200, 132 SMs, torch 2.11 + CUDA 13,
+# 2026-12-02, five runs of 1.7B-8B at 4K-32K context: NVML used - NVML used before the process
+# (615 MiB the driver reserves, which NVML reports as used) - torch reserved = 741-765 MiB; the
+# per-SM scaling to other cards is an estimate).
 DEFAULT_CUDA_CONTEXT_BYTES = 500 * MiB
-CONTEXT_BYTES_PER_SM = int(10.3 * MiB)
+CONTEXT_BYTES_PER_SM = int(5.8 * MiB)
 # Allocations above the modelled buffers seen on the H200 (first-use kernel tuning, graph pool,
 # allocator rounding): 215-245 MiB for Bonsai-8B at 4K-32K context.
 ALLOCATOR_SLACK_BYTES = 240 * MiB
@@ -184,12 +186,13 @@ def _qwen35_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
 def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "fp16", layers: int | None = None) -> int:
     """KV-cache bytes per context token over ``layers`` attention layers (default: all of them).
 
-    int8 stores one fp16 scale per (token, head) for K and for V next to the int8 values.
+    int8 stores one fp32 scale per (token, head) for K and for V next to the int8 values (the
+    layout of ``runtime.kv_cache.KVCache`` and the Triton kernels).
     """
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"unknown KV cache type {kv_dtype!r}; choose one of {', '.join(KV_DTYPES)}")
     n = cfg.kv_layers if layers is None else layers
-    per_head = cfg.head_dim * KV_DTYPES[kv_dtype] + (2 if kv_dtype == "int8" else 0)
+    per_head = cfg.head_dim * KV_DTYPES[kv_dtype] + (4 if kv_dtype == "int8" else 0)
     return n * cfg.num_kv_heads * per_head * 2
 
 

@@ -162,6 +162,10 @@ ZH: dict[str, str] = {
     "Interrupted (the app closed before this reply finished)": "已中断（回复完成前应用已关闭）",
     "JSON (*.json)": "JSON (*.json)",
     "KV-cache precision": "KV 缓存精度",
+    "int8 (8-bit, half the memory)": "int8（8 位，内存减半）",
+    "int8 stores the conversation memory in 8 bits: about twice the context fits, at a small accuracy cost. Used from the next model load.":
+        "int8 以 8 位存储对话记忆（KV 缓存）：可容纳约两倍的上下文，但精度略有损失。下次加载模型时生效。",
+    "KV-cache precision trade-off": "KV 缓存精度的取舍",
     "Language": "语言",
     "Last: %1 tokens/s, peak %2": "最近一次：%1 词元/秒，峰值 %2",
     "Layer placement": "层分布",

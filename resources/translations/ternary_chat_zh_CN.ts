@@ -1172,6 +1172,18 @@
             <translation>当前：%1</translation>
         </message>
         <message>
+            <source>int8 (8-bit, half the memory)</source>
+            <translation>int8（8 位，内存减半）</translation>
+        </message>
+        <message>
+            <source>int8 stores the conversation memory in 8 bits: about twice the context fits, at a small accuracy cost. Used from the next model load.</source>
+            <translation>int8 以 8 位存储对话记忆（KV 缓存）：可容纳约两倍的上下文，但精度略有损失。下次加载模型时生效。</translation>
+        </message>
+        <message>
+            <source>KV-cache precision trade-off</source>
+            <translation>KV 缓存精度的取舍</translation>
+        </message>
+        <message>
             <source>Models folder</source>
             <translation>模型文件夹</translation>
         </message>

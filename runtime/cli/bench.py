@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from runtime.cli.generate import add_decode_activations_option, add_kv_cache_option
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("bench", help="benchmark prefill/decode speed and memory",
@@ -26,6 +28,8 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt")
     p.add_argument("--cache-dir", help="keep generated synthetic weights here (reused by later runs)")
     p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
+    add_kv_cache_option(p)
+    add_decode_activations_option(p)
     p.set_defaults(func=run)
 
 
@@ -45,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
     res = run_bench(md, device=args.device, ctx=args.ctx, prompt_tokens=args.prompt_tokens, gen=args.gen,
                     runs=args.runs, max_vram=parse_bytes(args.max_vram) if args.max_vram else None,
                     baseline=None if args.baseline == "none" else args.baseline, seed=args.seed,
-                    baseline_gen=args.baseline_gen)
+                    baseline_gen=args.baseline_gen, kv_cache=args.kv_cache,
+                    decode_activations=args.decode_activations)
     print(format_result(res))
     if args.json:
         with atomic_output(args.json) as f:

@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from runtime.cli.generate import add_kv_cache_option, planner_kv_name
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("plan", help="show how much context fits and what would be offloaded",
@@ -22,7 +24,7 @@ def register(sub: Any) -> None:
     p.add_argument("--max-vram", metavar="BYTES", help="behave like a card with this much memory (e.g. 6GiB)")
     p.add_argument("--gpu-memory", metavar="BYTES", help="plan for a hypothetical GPU of this size (works without a GPU)")
     p.add_argument("--ctx", type=int, metavar="N", help="cap the context length")
-    p.add_argument("--kv-cache", choices=["fp16", "int8"], default="fp16", help="KV cache type (default fp16)")
+    add_kv_cache_option(p)
     p.add_argument("--offload", choices=["auto", "stream", "cpu"], default="auto",
                    help="how host-resident layers run (default: the faster one for this machine)")
     p.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from runtime.planner import plan_for_this_machine
 
     sizes = model_sizes_for(args)
-    kw: dict[str, Any] = {"ctx_cap": args.ctx, "kv_dtype": args.kv_cache}
+    kw: dict[str, Any] = {"ctx_cap": args.ctx, "kv_dtype": planner_kv_name(args.kv_cache)}
     if args.offload != "auto":
         kw["offload_mode"] = args.offload
     max_vram = parse_bytes(args.max_vram) if args.max_vram else None

@@ -623,11 +623,12 @@ _QUICK_GEMV = [(8, 1024, 1, 4), ("xp", 8, 1024, 1, 4), ("xp", 16, 512, 1, 4), ("
                ("x3", 4, 4096, 1, 4), ("dot", 128, 0, 1, 4)]
 # int8 activations + dp4a (W2A8): ("q8", BLOCK_N, BLOCK_K, SPLIT_K, warps); used only when decode
 # activations are "int8" (see set_decode_activations)
-_Q8_CANDIDATES = [("q8", 4, 4096, 1, 4), ("q8", 8, 2048, 1, 4), ("q8", 8, 1024, 1, 4), ("q8", 16, 1024, 1, 8),
-                  ("q8", 16, 512, 1, 4), ("q8", 4, 2048, 1, 2), ("q8", 2, 4096, 1, 2), ("q8", 8, 4096, 1, 8),
+_Q8_CANDIDATES = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 4), ("q8", 8, 2048, 1, 4), ("q8", 8, 1024, 1, 4), ("q8", 16, 1024, 1, 8),
+                  ("q8", 16, 512, 1, 4), ("q8", 4, 2048, 1, 2), ("q8", 8, 4096, 1, 8),
                   ("q8", 32, 512, 1, 8), ("q8", 8, 1024, 4, 4), ("q8", 4, 1024, 3, 4), ("q8", 16, 256, 1, 4)]
-_QUICK_Q8 = [("q8", 4, 4096, 1, 4), ("q8", 8, 2048, 1, 4), ("q8", 8, 1024, 1, 4), ("q8", 16, 512, 1, 4),
-             ("q8", 2, 4096, 1, 2)]
+# (the full-tune winners on the H200 for Bonsai-8B shapes come first: small programs, many loads in flight)
+_QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4), ("q8", 4, 4096, 1, 4),
+             ("q8", 16, 512, 1, 4)]
 _INTERPRET_GEMV = (16, 64, 1, 4)
 ACTIVATION_MODES = ("int8", "exact")
 _decode_activations = os.environ.get("TERNARY_DECODE_ACTIVATIONS", "int8")

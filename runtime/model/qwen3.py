@@ -285,12 +285,14 @@ class Qwen3Model(PreparedModel):
         self.rope = RotaryTables(self.config, max_positions, self.device)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
-                last_only: bool = False) -> torch.Tensor:
+                last_only: bool = False, logits_index: torch.Tensor | None = None) -> torch.Tensor:
         """Logits (fp32) for ``tokens [T]`` at positions ``input_pos [T]``; writes their K/V.
 
         ``kv_len`` (a Python int, usually ``input_pos[-1] + 1``) limits attention to the filled
         part of the cache; ``None`` attends over all positions with a mask (static shapes).
-        ``last_only`` computes the LM head for the last token only (prefill).
+        ``last_only`` computes the LM head for the last token only (prefill). ``logits_index``
+        (a device tensor of row indices) computes it for those rows only: the graph-safe form of
+        ``last_only`` for a padded chunk whose last real row varies (:mod:`runtime.prefill`).
         """
         x = self.embed(tokens, self.dtype)
         cos, sin = self.rope(input_pos, self.dtype)
@@ -300,7 +302,9 @@ class Qwen3Model(PreparedModel):
             mask = torch.arange(length, device=tokens.device)[None, :] <= input_pos[:, None]
         for block in self.layers:
             x = block(x, cos, sin, input_pos, self.cache, kv_len, mask)
-        if last_only:
+        if logits_index is not None:
+            x = x.index_select(0, logits_index)
+        elif last_only:
             x = x[-1:]
         x = rms_norm(x, self.final_norm, self.config.rms_norm_eps)
         return self.lm_head(x).to(torch.float32)

@@ -87,7 +87,7 @@ def main() -> int:
             continue
         o = r["ours"]
         used = o.get("device_used_bytes") or 0
-        base = r.get("device_used_before_bytes") or 0  # other processes (NVML, before our CUDA init)
+        base = r.get("device_used_before_bytes") or 0  # NVML used before our CUDA init: other processes + driver-reserved
         row(lambda: print(f"| {r['ctx']} | {gib(r['predicted_allocated_bytes'])} | {gib(o['peak_allocated_bytes'])} "
               f"| {o['peak_allocated_bytes'] / r['predicted_allocated_bytes']:.3f} | {gib(r['predicted_total_bytes'])} "
               f"| {gib(used - base)} | {(used - base) / r['predicted_total_bytes']:.3f} |"), p.stem)
