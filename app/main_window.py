@@ -565,6 +565,7 @@ class MainWindow(QMainWindow):
             "max_vram_bytes": hw.vram_cap_bytes,
             "kv_dtype": None if hw.kv_cache_precision == "auto" else hw.kv_cache_precision,
             "offload": hw.offload_policy,
+            "decode_activations": hw.decode_precision,
         }
 
     def load_model(self, path: str) -> None:

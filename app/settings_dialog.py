@@ -354,6 +354,19 @@ class SettingsDialog(QDialog):
         self.kv_note = kv_note
         self.kv_combo.setToolTip(kv_note.text())
         form.addRow("", kv_note)
+        self.decode_combo = QComboBox()
+        self.decode_combo.setAccessibleName(self.tr("Decode precision"))
+        for value, text in (("int8", self.tr("Fast (8-bit activations)")), ("exact", self.tr("Exact"))):
+            self.decode_combo.addItem(text, value)
+        self.decode_combo.setEnabled("decode_activations" in accepted)
+        form.addRow(self.tr("Decode precision"), self.decode_combo)
+        decode_note = QLabel(self.tr("On a GPU, Fast rounds each token's activations to 8 bits inside the "
+                                     "matrix kernels, like llama.cpp: about 1.6x faster answers, slightly "
+                                     "different wording. Exact keeps full precision. Used from the next model load."))
+        decode_note.setWordWrap(True)
+        decode_note.setAccessibleName(self.tr("Decode precision trade-off"))
+        self.decode_combo.setToolTip(decode_note.text())
+        form.addRow("", decode_note)
         self._number(form, "vram_cap_gib", self.tr("VRAM cap (GiB, 0 = none)"), optional=True)
         self.fields["vram_cap_gib"].edit.setPlaceholderText("0")
         note = QLabel(self.tr("Hardware changes reload the model when you press OK."))
@@ -468,6 +481,7 @@ class SettingsDialog(QDialog):
         self._context_mode_changed(hw.context_length == 0)
         self._select(self.offload_combo, hw.offload_policy)
         self._select(self.kv_combo, hw.kv_cache_precision)
+        self._select(self.decode_combo, hw.decode_precision)
         self.fields["vram_cap_gib"].set_value(hw.vram_cap_gib or None)
         self._select(self.source_combo, s.downloads.source)
         self.hf_endpoint.setText(s.downloads.hf_endpoint)
@@ -496,6 +510,7 @@ class SettingsDialog(QDialog):
         s.hardware = HardwareSettings(device=self.device_combo.currentData(), context_length=ctx,
                                       offload_policy=self.offload_combo.currentData(),
                                       kv_cache_precision=self.kv_combo.currentData(),
+                                      decode_precision=self.decode_combo.currentData(),
                                       vram_cap_gib=float(self.fields["vram_cap_gib"].value() or 0.0))
         s.downloads.source = self.source_combo.currentData()
         s.downloads.hf_endpoint = self.hf_endpoint.text().strip()

@@ -64,6 +64,8 @@ DEVICES_FIXED = ("auto", "cpu", "cuda")
 OFFLOAD_POLICIES = ("auto", "stream", "cpu")  # the planner's offload modes: auto = cheaper per token
 # auto = the engine's activation dtype (fp32 on CPU, bf16 on GPU); int8 = the 8-bit cache (half the memory)
 KV_PRECISIONS = ("auto", "fp16", "bf16", "int8")
+# GPU decode mat-vecs: int8 activations + dp4a (faster) or exact fp32 activations in the kernel
+DECODE_PRECISIONS = ("int8", "exact")
 SOURCES = ("auto", "hf", "modelscope")  # same names as runtime.hub.settings
 LANGUAGES = ("en", "zh_CN")
 THEMES = ("light", "dark")
@@ -109,6 +111,7 @@ class HardwareSettings:
     context_length: int = 0  # 0 = Auto (the planner's choice)
     offload_policy: str = "auto"
     kv_cache_precision: str = "auto"
+    decode_precision: str = "int8"
     vram_cap_gib: float = 0.0  # 0 = no cap
 
     def validate(self) -> list[tuple[str, str]]:
@@ -126,6 +129,8 @@ class HardwareSettings:
             errors.append(("offload_policy", "Offload policy must be auto, stream or cpu."))
         if self.kv_cache_precision not in KV_PRECISIONS:
             errors.append(("kv_cache_precision", "KV-cache precision must be auto, fp16, bf16 or int8."))
+        if self.decode_precision not in DECODE_PRECISIONS:
+            errors.append(("decode_precision", "Decode precision must be int8 or exact."))
         return errors
 
     @property

@@ -166,6 +166,12 @@ ZH: dict[str, str] = {
     "int8 stores the conversation memory in 8 bits: about twice the context fits, at a small accuracy cost. Used from the next model load.":
         "int8 以 8 位存储对话记忆（KV 缓存）：可容纳约两倍的上下文，但精度略有损失。下次加载模型时生效。",
     "KV-cache precision trade-off": "KV 缓存精度的取舍",
+    "Decode precision": "解码精度",
+    "Fast (8-bit activations)": "快速（8 位激活）",
+    "Exact": "精确",
+    "On a GPU, Fast rounds each token's activations to 8 bits inside the matrix kernels, like llama.cpp: about 1.6x faster answers, slightly different wording. Exact keeps full precision. Used from the next model load.":
+        "在 GPU 上，快速模式会在矩阵内核中把每个词元的激活值舍入到 8 位（与 llama.cpp 相同）：回答快约 1.6 倍，措辞可能略有不同。精确模式保持完整精度。从下次加载模型起生效。",
+    "Decode precision trade-off": "解码精度的取舍",
     "Language": "语言",
     "Last: %1 tokens/s, peak %2": "最近一次：%1 词元/秒，峰值 %2",
     "Layer placement": "层分布",

@@ -1184,6 +1184,26 @@
             <translation>KV 缓存精度的取舍</translation>
         </message>
         <message>
+            <source>Decode precision</source>
+            <translation>解码精度</translation>
+        </message>
+        <message>
+            <source>Fast (8-bit activations)</source>
+            <translation>快速（8 位激活）</translation>
+        </message>
+        <message>
+            <source>Exact</source>
+            <translation>精确</translation>
+        </message>
+        <message>
+            <source>On a GPU, Fast rounds each token's activations to 8 bits inside the matrix kernels, like llama.cpp: about 1.6x faster answers, slightly different wording. Exact keeps full precision. Used from the next model load.</source>
+            <translation>在 GPU 上，快速模式会在矩阵内核中把每个词元的激活值舍入到 8 位（与 llama.cpp 相同）：回答快约 1.6 倍，措辞可能略有不同。精确模式保持完整精度。从下次加载模型起生效。</translation>
+        </message>
+        <message>
+            <source>Decode precision trade-off</source>
+            <translation>解码精度的取舍</translation>
+        </message>
+        <message>
             <source>Models folder</source>
             <translation>模型文件夹</translation>
         </message>
