@@ -39,6 +39,7 @@ with a real token, and everything after a capture failed (``fallback_reason`` sa
 
 from __future__ import annotations
 
+import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,9 +107,17 @@ def pad_chunk(tokens: list[int], start: int, max_positions: int, max_bucket: int
     return PaddedChunk(list(tokens) + [pad_token] * (bucket - n), positions, n - 1, kv_len)
 
 
+def graph_prefill_enabled() -> bool:
+    """``TERNARY_GRAPH_PREFILL=0`` turns graph-captured prefill off (the eager forward runs instead)."""
+    return os.environ.get("TERNARY_GRAPH_PREFILL", "1") != "0"
+
+
 def graph_unsupported_reason(model: Any) -> str | None:
     """Why ``model`` cannot be captured in a prefill graph, or ``None`` when it can."""
     from runtime.model.qwen3 import Qwen3Block, Qwen3Model
+
+    if not graph_prefill_enabled():
+        return "graph prefill is turned off (TERNARY_GRAPH_PREFILL=0)"
 
     if not isinstance(model, Qwen3Model):
         return f"prefill graphs support the Qwen3 dense model only, not {type(model).__name__}"

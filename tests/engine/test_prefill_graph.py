@@ -390,3 +390,13 @@ def test_replays_read_the_static_buffers(tiny_pair, monkeypatch):
     for name in ("k", "v"):
         a, b = getattr(ref.cache, name)[:, :, :117], getattr(model.cache, name)[:, :, :117]
         assert (a - b).abs().max().item() <= 1e-5
+
+
+def test_graph_prefill_can_be_turned_off(monkeypatch):
+    from runtime.prefill import graph_prefill_enabled, graph_unsupported_reason
+
+    monkeypatch.setenv("TERNARY_GRAPH_PREFILL", "0")
+    assert not graph_prefill_enabled()
+    assert "turned off" in graph_unsupported_reason(object())
+    monkeypatch.setenv("TERNARY_GRAPH_PREFILL", "1")
+    assert graph_prefill_enabled()
