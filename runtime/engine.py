@@ -459,6 +459,10 @@ class Engine:
                             yield NoticeEvent(f"The context ({ctx} tokens) is full.")
                 if hasattr(stream, "close"):
                     stream.close()  # type: ignore[union-attr]
+                if not exhausted and self.graph_decode and not getattr(model, "supports_prefix_rewind", True):
+                    # the graph decoder runs one step ahead: a recurrent (DeltaNet) state has already
+                    # taken a token past _cached_tokens and cannot be rewound, so nothing is reusable
+                    self._cached_tokens = []
                 if self._decoder is not None and self._decoder.fallback_reason and not self._notified_fallback:
                     self._notified_fallback = True
                     yield NoticeEvent(self._decoder.fallback_reason)
@@ -478,6 +482,8 @@ class Engine:
             raise OutOfMemoryError(
                 f"out of {dev.type.upper()} memory while generating; load with a smaller context") from exc
         except GeneratorExit:
+            if not getattr(model, "supports_prefix_rewind", True):
+                self._cached_tokens = []  # the recurrent state may be ahead of the listed tokens
             raise  # the caller stopped iterating; _cached_tokens only ever lists fully written positions
         except BaseException:
             self._cached_tokens = []  # be conservative after a failure inside a forward pass

@@ -383,8 +383,13 @@ class Qwen35Model(PreparedModel):
         if placement is not None:
             self.embed = placement.wrap_embedding(self.embed)
         self.embed_rotated = "model.embed_tokens.weight" in inverse
-        # fla-core Triton kernels for the recurrence on CUDA when installed (None = auto)
-        use_fla = device.type == "cuda" and (deltanet.fla_available() if use_fla is None else use_fla)
+        # fla-core Triton kernels for the recurrence on CUDA when installed (None = auto). Not for
+        # fp32 activations by default: fla's chunked kernels use tl.dot's default precision, which is
+        # TF32 for fp32 inputs (10-bit mantissa; ~0.05-0.1 nats after 80 tokens of a tiny model), and
+        # fp32 on CUDA exists to verify against the CPU, where the torch path is exact fp32.
+        if use_fla is None:
+            use_fla = dtype != torch.float32 and deltanet.fla_available()
+        use_fla = device.type == "cuda" and use_fla
         # Triton RMSNorm / fused residual / SwiGLU epilogues: default on CUDA (fewer launches per step)
         fused = device.type == "cuda" if fused_kernels is None else fused_kernels
         if fused:

@@ -85,15 +85,15 @@ def kernels() -> None:
 
 @section("B_tiny_vs_hf")
 def tiny() -> None:
-    from hybrid_helpers import build_tiny, hf_greedy
+    from hybrid_helpers import build_tiny, hf_greedy, hf_torch_path
 
     from runtime.model.qwen35 import Qwen35Model
     prompt = torch.randint(0, 96, (80,), generator=torch.Generator().manual_seed(3))
     for name in ["gqa_2x"]:  # tests/hybrid/test_hybrid_gpu.py covers the other configs
         hf, data = build_tiny(name)
-        with torch.no_grad():
+        with torch.no_grad(), hf_torch_path(hf):  # the CPU reference must not dispatch to fla
             ref = hf(prompt[None]).logits[0].log_softmax(-1)
-        ref_tokens = hf_greedy(hf, prompt[:12].tolist(), 32)
+            ref_tokens = hf_greedy(hf, prompt[:12].tolist(), 32)
         for dtype in (torch.float32, torch.bfloat16):
             tag = f"{name}_{'fp32' if dtype == torch.float32 else 'bf16'}"
             m = Qwen35Model.from_model_data(data, DEV, dtype=dtype, max_positions=256, backend="reference")
@@ -107,7 +107,7 @@ def tiny() -> None:
     from test_hybrid_hadamard import rotated_pair
     hf, data = rotated_pair("gqa_2x", 32)
     m = Qwen35Model.from_model_data(data, DEV, dtype=torch.float32, max_positions=64, backend="reference")
-    with torch.no_grad():
+    with torch.no_grad(), hf_torch_path(hf):
         ref = hf(prompt[None, :40]).logits[0].log_softmax(-1)
         ours = m(prompt[:40].to(DEV), torch.arange(40, device=DEV)).log_softmax(-1).cpu()
     RESULTS["rotated_gqa_2x_fp32_cuda_max_logprob_diff"] = float((ours - ref).abs().max())

@@ -14,7 +14,7 @@ from runtime.formats.model_data import ModelData
 collect_ignore_glob = [] if torch.cuda.is_available() else ["test_hybrid_gpu.py"]
 # Triton kernels run on the CPU only under the interpreter (CI sets TRITON_INTERPRET=1)
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-    collect_ignore_glob.append("test_hybrid_triton.py")
+    collect_ignore_glob += ["test_hybrid_triton.py", "test_hybrid_fused_step.py"]
 
 
 @pytest.fixture(scope="session")

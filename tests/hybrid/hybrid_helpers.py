@@ -7,6 +7,11 @@ that every convention (``1 + w`` norms, the plain gated norm, the decay gate) ma
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import sys
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -105,3 +110,36 @@ def our_greedy(model: torch.nn.Module, prompt: list[int], steps: int, token_by_t
             logits = model(torch.tensor([nxt]), torch.tensor([pos]), kv_len=pos + 1)
             pos += 1
     return out
+
+
+_HF_KERNEL_FUNCS = ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule", "causal_conv1d_fn",
+                    "causal_conv1d_update")
+
+
+@contextlib.contextmanager
+def hf_torch_path(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """Run the transformers reference on its own torch code even where fla / causal-conv1d are installed.
+
+    transformers picks the kernels when ``modeling_qwen3_5`` is imported: each of the functions
+    above is wrapped (``use_kernel_func_from_hub_with_fallback``) around the torch implementation
+    and dispatches to fla's Triton kernels when importable - which fail on CPU tensors (the GPU
+    machine has fla installed). ``inspect.unwrap`` gives back the torch function; older
+    transformers kept the choice on the module instance (``self.chunk_gated_delta_rule``,
+    ``self.causal_conv1d_fn``), which is reset too.
+    """
+    hfm = sys.modules[type(model).__module__]
+    saved = {n: getattr(hfm, n) for n in _HF_KERNEL_FUNCS if hasattr(hfm, n)}
+    try:
+        for n, f in saved.items():
+            setattr(hfm, n, inspect.unwrap(f))
+        for mod in model.modules():
+            for attr in ("chunk_gated_delta_rule", "recurrent_gated_delta_rule"):
+                if attr in vars(mod) and hasattr(hfm, "torch_" + attr):
+                    setattr(mod, attr, getattr(hfm, "torch_" + attr))
+            for attr in ("causal_conv1d_fn", "causal_conv1d_update"):
+                if attr in vars(mod):
+                    setattr(mod, attr, None)
+        yield model
+    finally:
+        for n, f in saved.items():
+            setattr(hfm, n, f)
