@@ -239,9 +239,16 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
             tok = torch.argmax(logits).reshape(1)
             pos = torch.tensor([len(prompt)], device=device)
             restore = snapshot_state(model)  # hybrid: both calls must start from the same DeltaNet state
-            want = fwd(tok, pos)
-            restore()
-            got = fused(tok, pos)
+            from runtime.kernels import triton_linear
+
+            mode = triton_linear.decode_activations()
+            triton_linear.set_decode_activations("exact")  # compare code paths, not int8 rounding orders
+            try:
+                want = fwd(tok, pos)
+                restore()
+                got = fused(tok, pos)
+            finally:
+                triton_linear.set_decode_activations(mode)
             err = float((got - want).norm() / want.norm().clamp_min(1e-30))
             res["fused_check_rel_err"] = err
             if err < 5e-2:
