@@ -27,6 +27,7 @@ around :class:`~runtime.gpu_decode.GraphDecoder`'s warm-up runs; use :func:`grap
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
@@ -184,6 +185,13 @@ def _views_only(block: torch.nn.Module, dtype: torch.dtype) -> bool:
     if any(m.weight.dtype != dtype for m in dense):
         return False
     return getattr(mixer, "norm_act", torch.empty(0, dtype=dtype)).dtype == dtype
+
+
+def fused_hybrid_enabled() -> bool:
+    """Engine and bench use :func:`fused_qwen35_step` only with ``TERNARY_FUSED_HYBRID=1``: it has
+    passed its CPU (Triton interpreter) tests but has not yet run on a GPU; until it has, the hybrid
+    decodes through the graph-captured ``Qwen35Model.forward``, which has."""
+    return os.environ.get("TERNARY_FUSED_HYBRID", "0") == "1"
 
 
 def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
@@ -476,4 +484,4 @@ def snapshot_state(model: torch.nn.Module) -> Callable[[], None]:
     return restore
 
 
-__all__ = ["StatefulGraphDecoder", "fused_qwen35_step", "gdn_decode", "graph_decoder_for", "snapshot_state"]
+__all__ = ["StatefulGraphDecoder", "fused_hybrid_enabled", "fused_qwen35_step", "gdn_decode", "graph_decoder_for", "snapshot_state"]

@@ -31,6 +31,12 @@ from tests.engine.conftest import hf_greedy
 TOL = 2e-5  # max |logit difference| (fp32 logits of magnitude ~1-10)
 
 
+@pytest.fixture(autouse=True)
+def _graph_prefill_on(monkeypatch):
+    """These tests exercise the graph prefill, which the engine only uses with TERNARY_GRAPH_PREFILL=1."""
+    monkeypatch.setenv("TERNARY_GRAPH_PREFILL", "1")
+
+
 def _model(md, ctx: int = 256) -> Qwen3Model:
     return Qwen3Model.from_model_data(md, "cpu", dtype=torch.float32, max_positions=ctx)
 
@@ -395,6 +401,8 @@ def test_replays_read_the_static_buffers(tiny_pair, monkeypatch):
 def test_graph_prefill_can_be_turned_off(monkeypatch):
     from runtime.prefill import graph_prefill_enabled, graph_unsupported_reason
 
+    monkeypatch.delenv("TERNARY_GRAPH_PREFILL", raising=False)
+    assert not graph_prefill_enabled()  # opt-in until it has run on a GPU
     monkeypatch.setenv("TERNARY_GRAPH_PREFILL", "0")
     assert not graph_prefill_enabled()
     assert "turned off" in graph_unsupported_reason(object())

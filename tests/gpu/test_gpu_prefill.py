@@ -20,6 +20,12 @@ DEV = torch.device("cuda", 0)
 TOLS = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # relative L2 error of logits / K/V
 
 
+@pytest.fixture(autouse=True)
+def _graph_prefill_on(monkeypatch):
+    """These tests exercise the graph prefill, which the engine only uses with TERNARY_GRAPH_PREFILL=1."""
+    monkeypatch.setenv("TERNARY_GRAPH_PREFILL", "1")
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
 
