@@ -213,13 +213,8 @@ def _prefill(model: Any, ids: torch.Tensor, chunk: int, graph: bool = True) -> t
 def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int], gen: int, runs: int,
                max_vram: int | None = None, kv_cache: str = "auto") -> dict[str, Any]:
     """Cold start, then ``runs`` measured runs after one warm-up (graph capture happens there)."""
-    from runtime.gpu_decode import enforce_max_vram, fused_qwen3_step
-    from runtime.gpu_decode_qwen35 import (
-        fused_hybrid_enabled,
-        fused_qwen35_step,
-        graph_decoder_for,
-        snapshot_state,
-    )
+    from runtime.gpu_decode import enforce_max_vram
+    from runtime.gpu_decode_qwen35 import fused_decode_step, graph_decoder_for, snapshot_state
 
     res: dict[str, Any] = {}
     if device.type == "cuda":
@@ -238,8 +233,7 @@ def bench_ours(md: ModelData, device: torch.device, plan: Plan, prompt: list[int
     step, res["step"] = fwd, "engine forward"
     with torch.inference_mode():
         logits = _prefill(model, ids, plan.prefill_chunk)
-        fused = (fused_qwen3_step(model) or (fused_qwen35_step(model) if fused_hybrid_enabled() else None)
-                 ) if device.type == "cuda" else None
+        fused = fused_decode_step(model) if device.type == "cuda" else None
         if fused is not None:
             # self-check: the fused step must give the engine forward's logits for the next token
             tok = torch.argmax(logits).reshape(1)

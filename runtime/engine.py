@@ -550,12 +550,10 @@ class Engine:
                             further: int) -> Iterator[int]:
         """Same contract through :class:`runtime.gpu_decode.GraphDecoder` (one step in flight)."""
         if self._decoder is None:
-            from runtime.gpu_decode import fused_qwen3_step
-            from runtime.gpu_decode_qwen35 import fused_hybrid_enabled, fused_qwen35_step, graph_decoder_for
+            from runtime.gpu_decode_qwen35 import fused_decode_step, graph_decoder_for
 
             model = self.model
-            hybrid = fused_qwen35_step(model) if fused_hybrid_enabled() else None
-            step = fused_qwen3_step(model) or hybrid or (lambda tok, pos: model(tok, pos)[-1])
+            step = fused_decode_step(model) or (lambda tok, pos: model(tok, pos)[-1])
             self._decoder = graph_decoder_for(model, step, self.device)  # hybrid: warm-up keeps its state
         dec = self._decoder
         dec.configure(s, prompt_ids)

@@ -194,6 +194,14 @@ def fused_hybrid_enabled() -> bool:
     return os.environ.get("TERNARY_FUSED_HYBRID", "0") == "1"
 
 
+def fused_decode_step(model: torch.nn.Module) -> StepFn | None:
+    """The fused one-token step the engine and the bench decode with: Qwen3's, or (opt-in) the
+    hybrid's; ``None`` when neither applies (the caller then steps ``model.forward``)."""
+    from runtime.gpu_decode import fused_qwen3_step
+
+    return fused_qwen3_step(model) or (fused_qwen35_step(model) if fused_hybrid_enabled() else None)
+
+
 def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
     """A graph-safe ``step(tok [1], pos [1]) -> logits [V] fp32`` for a ``Qwen35Model``, or ``None``.
 
@@ -484,4 +492,4 @@ def snapshot_state(model: torch.nn.Module) -> Callable[[], None]:
     return restore
 
 
-__all__ = ["StatefulGraphDecoder", "fused_hybrid_enabled", "fused_qwen35_step", "gdn_decode", "graph_decoder_for", "snapshot_state"]
+__all__ = ["StatefulGraphDecoder", "fused_decode_step", "fused_hybrid_enabled", "fused_qwen35_step", "gdn_decode", "graph_decoder_for", "snapshot_state"]

@@ -100,6 +100,37 @@ def _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, st
 
 
 @triton.jit
+def _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+                 DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    """Write a mat-vec tile: directly, or (split-K) store this split's partial and let the last
+    program of the tile to arrive reduce all splits in fixed order, run the epilogue and reset the
+    counter — so a split-K mat-vec stays one launch and bitwise reproducible."""
+    if SPLIT_K == 1:
+        _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+    else:
+        NP = 2 * N if DUAL else N
+        pbase = part_ptr + (pid_k * M + pid_m) * NP
+        tl.store(pbase + offs_n, acc, mask=n_mask)
+        if DUAL:
+            tl.store(pbase + N + offs_n, acc2, mask=n_mask)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        cidx = pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + cidx, 1)  # acq_rel, gpu scope
+        if arrived == SPLIT_K - 1:  # last program of this tile: reduce in fixed split order
+            tot = tl.zeros([BLOCK_N], tl.float32)
+            tot2 = tl.zeros([BLOCK_N], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                pb = part_ptr + (s * M + pid_m) * NP
+                tot += tl.load(pb + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    tot2 += tl.load(pb + N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+            _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
+                           DUAL, RESIDUAL)
+            tl.atomic_xchg(cnt_ptr + cidx, 0)  # leave the counter ready for the next launch
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr, stride_xm, nw_ptr,
     w_ptr, s_ptr, w2_ptr, s2_ptr,
@@ -218,28 +249,8 @@ def _gemv_kernel(
         if DUAL:
             acc2 = tl.sum(acc2d2, axis=1)
 
-    if SPLIT_K == 1:
-        _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
-    else:
-        NP = 2 * N if DUAL else N
-        pbase = part_ptr + (pid_k * M + pid_m) * NP
-        tl.store(pbase + offs_n, acc, mask=n_mask)
-        if DUAL:
-            tl.store(pbase + N + offs_n, acc2, mask=n_mask)
-        tl.debug_barrier()  # every thread's partial is written before the release below
-        cidx = pid_m * tl.num_programs(1) + pid_n
-        arrived = tl.atomic_add(cnt_ptr + cidx, 1)  # acq_rel, gpu scope
-        if arrived == SPLIT_K - 1:  # last program of this tile: reduce in fixed split order
-            tot = tl.zeros([BLOCK_N], tl.float32)
-            tot2 = tl.zeros([BLOCK_N], tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                pb = part_ptr + (s * M + pid_m) * NP
-                tot += tl.load(pb + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
-                if DUAL:
-                    tot2 += tl.load(pb + N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
-            _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
-                           DUAL, RESIDUAL)
-            tl.atomic_xchg(cnt_ptr + cidx, 0)  # leave the counter ready for the next launch
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
 
 
 @triton.jit
@@ -402,28 +413,8 @@ def _gemv_q8_kernel(
             acc2d2 += (dot2 - xsum[None, :]).to(tl.float32) * (sc2 * xs[None, :])
     acc = tl.sum(acc2d, axis=1)
     acc2 = tl.sum(acc2d2, axis=1)
-    if SPLIT_K == 1:
-        _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
-    else:
-        NP = 2 * N if DUAL else N
-        pbase = part_ptr + (pid_k * M + pid_m) * NP
-        tl.store(pbase + offs_n, acc, mask=n_mask)
-        if DUAL:
-            tl.store(pbase + N + offs_n, acc2, mask=n_mask)
-        tl.debug_barrier()
-        cidx = pid_m * tl.num_programs(1) + pid_n
-        arrived = tl.atomic_add(cnt_ptr + cidx, 1)
-        if arrived == SPLIT_K - 1:
-            tot = tl.zeros([BLOCK_N], tl.float32)
-            tot2 = tl.zeros([BLOCK_N], tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                pb = part_ptr + (s * M + pid_m) * NP
-                tot += tl.load(pb + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
-                if DUAL:
-                    tot2 += tl.load(pb + N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
-            _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
-                           DUAL, RESIDUAL)
-            tl.atomic_xchg(cnt_ptr + cidx, 0)
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
 
 
 @triton.jit
@@ -762,6 +753,15 @@ def _as_rows(x: torch.Tensor) -> torch.Tensor:
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
 
 
+def _splitk_buffers(sk: int, m: int, n: int, dual: bool, tiles: int, y2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 partials and arrival counters for an in-launch split-K reduction (``y2`` stands in,
+    unused, when there is a single split)."""
+    if sk == 1:
+        return y2, y2
+    part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=y2.device)
+    return part, _counter_buffer(y2.device, tiles)
+
+
 def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
     _, bn, bk, sk, warps = cfg
     m = x2.shape[0]
@@ -774,11 +774,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4)
     bw = max(1, bk // 16)
     n_tiles = triton.cdiv(n, bn)
-    if sk > 1:
-        part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=x2.device)
-        cnt = _counter_buffer(x2.device, m * n_tiles)
-    else:
-        part = cnt = y2  # unused
+    part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
     wv = w.view(torch.int32)
     _gemv_q8_kernel[(m, n_tiles, sk)](
         qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
@@ -815,11 +811,7 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
     wv = w if t3 else w.view(torch.int32)
     w2v = (w2 if t3 else w2.view(torch.int32)) if dual else wv
     n_tiles = triton.cdiv(n, bn)
-    if sk > 1:
-        part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=x2.device)
-        cnt = _counter_buffer(x2.device, m * n_tiles)
-    else:
-        part = cnt = y2  # unused
+    part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
     _gemv_kernel[(m, n_tiles, sk)](
         x2, x2.stride(0), nw if nw is not None else x2,
         wv, s, w2v, s2 if dual else s,
@@ -838,11 +830,7 @@ def _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, du
     wv = w.view(torch.int32)
     w2v = w2.view(torch.int32) if dual else wv
     n_tiles = triton.cdiv(n, bn)
-    if sk > 1:
-        part = torch.empty(sk * m * n * (2 if dual else 1), dtype=torch.float32, device=x2.device)
-        cnt = _counter_buffer(x2.device, n_tiles)
-    else:
-        part = cnt = y2  # unused
+    part, cnt = _splitk_buffers(sk, m, n, dual, n_tiles, y2)
     _gemv_dot_kernel[(n_tiles, sk)](
         x2, x2.stride(0), nw if nw is not None else x2,
         wv, s, w2v, s2 if dual else s,
