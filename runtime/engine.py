@@ -142,6 +142,11 @@ class Engine:
             source_format=data.provenance.source_format,
         )
         self._cached_tokens: list[int] = []  # tokens whose K/V sit at cache positions 0..n-1
+        # (n, logits [1, V]) of the last prefill that ended at position n: asking again for the same
+        # prompt (regenerate) then reuses them instead of recomputing the last prompt token through
+        # the one-token decode path, which rounds differently from the prefill GEMM; so the same
+        # seed gives the same answer, and regenerating skips the prefill entirely
+        self._end_logits: tuple[int, torch.Tensor] | None = None
         self.graph_decode = False  # decode through runtime.gpu_decode.GraphDecoder (set by load)
         self._decoder: Any = None
         self._notified_fallback = False
@@ -251,6 +256,7 @@ class Engine:
         self.model = None  # type: ignore[assignment]
         self._decoder = None  # its step closure and captured graphs hold the model's buffers
         self._cached_tokens = []
+        self._end_logits = None
         if self.device.type == "cuda":
             import gc
 
@@ -315,6 +321,7 @@ class Engine:
     def reset(self) -> None:
         """Forget the cached conversation prefix (the next call prefills from scratch)."""
         self._cached_tokens = []
+        self._end_logits = None
 
     # ------------------------------------------------------------------ generation
 
@@ -356,12 +363,18 @@ class Engine:
         try:
             with torch.inference_mode():
                 # ---- prefill (only what the cache does not already hold)
-                reuse = min(_common_prefix(self._cached_tokens, prompt_ids), len(prompt_ids) - 1)
-                if not getattr(model, "supports_prefix_rewind", True) and reuse < len(self._cached_tokens):
-                    reuse = 0  # recurrent state (hybrid) cannot be rewound: only pure extensions reuse
+                common = _common_prefix(self._cached_tokens, prompt_ids)
+                rewind = getattr(model, "supports_prefix_rewind", True)
+                logits = None
+                saved = self._end_logits
+                if rewind and saved is not None and saved[0] == len(prompt_ids) and common >= len(prompt_ids):
+                    reuse, logits = len(prompt_ids), saved[1].clone()  # same prompt again: nothing to compute
+                else:
+                    reuse = min(common, len(prompt_ids) - 1)
+                    if not rewind and reuse < len(self._cached_tokens):
+                        reuse = 0  # recurrent state (hybrid) cannot be rewound: only pure extensions reuse
                 self._cached_tokens = prompt_ids[:reuse]
                 stats.reused_prompt_tokens = reuse
-                logits = None
                 chunk = PREFILL_CHUNK
                 pos = reuse
                 t_prefill = time.perf_counter()
@@ -378,6 +391,8 @@ class Engine:
                         continue
                     self._cached_tokens.extend(prompt_ids[pos:end])
                     pos = end
+                    if pos == len(prompt_ids):
+                        self._end_logits = (pos, logits[-1:].clone())
                 prefill_s = time.perf_counter() - t_prefill
                 computed = pos - reuse
                 stats.prefill_tok_s = computed / prefill_s if computed and prefill_s > 0 else 0.0
@@ -463,6 +478,7 @@ class Engine:
                     # the graph decoder runs one step ahead: a recurrent (DeltaNet) state has already
                     # taken a token past _cached_tokens and cannot be rewound, so nothing is reusable
                     self._cached_tokens = []
+                    self._end_logits = None
                 if self._decoder is not None and self._decoder.fallback_reason and not self._notified_fallback:
                     self._notified_fallback = True
                     yield NoticeEvent(self._decoder.fallback_reason)
@@ -479,14 +495,17 @@ class Engine:
                             yield TextEvent(tail, channel)  # type: ignore[arg-type]
         except torch.OutOfMemoryError as exc:
             self._cached_tokens = []
+            self._end_logits = None
             raise OutOfMemoryError(
                 f"out of {dev.type.upper()} memory while generating; load with a smaller context") from exc
         except GeneratorExit:
             if not getattr(model, "supports_prefix_rewind", True):
-                self._cached_tokens = []  # the recurrent state may be ahead of the listed tokens
+                self._cached_tokens = []
+                self._end_logits = None  # the recurrent state may be ahead of the listed tokens
             raise  # the caller stopped iterating; _cached_tokens only ever lists fully written positions
         except BaseException:
-            self._cached_tokens = []  # be conservative after a failure inside a forward pass
+            self._cached_tokens = []
+            self._end_logits = None  # be conservative after a failure inside a forward pass
             raise
         total = time.perf_counter() - t_start
         stats.generated_tokens = len(generated)
@@ -506,6 +525,7 @@ class Engine:
         return a token stream that continues the answer (``done`` tokens of it already exist)."""
         model = self.model
         self._cached_tokens = []
+        self._end_logits = None
         self._decoder = None  # its step and graphs hold the old cache buffers: rebuilt on next use
         if self.device.type == "cuda":
             from runtime.prefill import release_graphs

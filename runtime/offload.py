@@ -15,8 +15,9 @@ Two ways to run a layer that lives on the host (the planner picks one per machin
   CPU; the hidden state crosses the bus twice per token and the layer's KV cache lives in host
   RAM. Cost per token: layer bytes / CPU matvec throughput. Not capturable in a CUDA graph.
 
-The embedding table can also stay on the host (:class:`HostEmbedding`): a decode step gathers one
-row. Every wrapper keeps the wrapped module's call signature, so the model's forward is unchanged.
+The embedding table can also stay on the host: :class:`MappedHostEmbedding` keeps it in pinned
+memory that the GPU reads itself (graph-capturable), :class:`HostEmbedding` gathers on the CPU (the
+fallback). A decode step gathers one row. Every wrapper keeps the wrapped module's call signature, so the model's forward is unchanged.
 """
 
 from __future__ import annotations
@@ -328,6 +329,38 @@ class HostEmbedding(torch.nn.Module):
         return out.to(self.device, non_blocking=True)
 
 
+class MappedHostEmbedding(HostEmbedding):
+    """An embedding kept in *pinned* host memory and gathered by the GPU itself (zero-copy, see
+    :mod:`runtime.kernels.triton_gather`): no host sync per token, so decode stays graph-captured,
+    and the table still costs no VRAM. Packed ternary (t2/t3) and dense tables."""
+
+    def __init__(self, embed: torch.nn.Module, device: torch.device | str) -> None:
+        super().__init__(embed, device)
+        for name, buf in list(embed._buffers.items()):
+            if name in ("codes", "scales", "weight") and buf is not None:
+                embed._buffers[name] = buf.to("cpu").pin_memory()
+
+    @staticmethod
+    def supports(embed: torch.nn.Module, device: torch.device | str) -> bool:
+        if torch.device(device).type != "cuda":
+            return False
+        try:
+            import runtime.kernels.triton_gather  # noqa: F401
+        except ImportError:
+            return False
+        kind = type(embed).__name__
+        return kind == "DenseEmbedding" or (kind == "TernaryEmbedding" and embed.encoding in ("t2", "t3"))
+
+    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:  # type: ignore[override]
+        from runtime.kernels.triton_gather import gather_rows
+
+        ids = ids.to(self.device).reshape(-1)
+        e = self.inner
+        if type(e).__name__ == "DenseEmbedding":
+            return gather_rows(ids, dtype, dense=e.weight)
+        return gather_rows(ids, dtype, codes=e.codes, scales=e.scales, group_size=e.group_size, encoding=e.encoding)
+
+
 # ----------------------------------------------------------------------------------------------
 # Applying a plan
 # ----------------------------------------------------------------------------------------------
@@ -347,11 +380,13 @@ class Placement:
         self.cpu_layers = set(plan.cpu_layers) if plan.offload_mode in ("stream", "cpu") else set()
         self.mode = plan.offload_mode
         self.streamer = LayerStreamer(self.device) if self.mode == "stream" else None
+        self.embedding_mapped = False  # the host-side table is read by the GPU itself (graph-safe)
 
     @property
     def graph_safe(self) -> bool:
         """Whether a decode step can be captured in a CUDA graph with this placement."""
-        return self.mode != "cpu" and self.plan.embedding_device != "cpu" and self.plan.lm_head_device != "cpu"
+        return self.mode != "cpu" and self.plan.lm_head_device != "cpu" and (
+            self.plan.embedding_device != "cpu" or self.embedding_mapped)
 
     def layer_device(self, i: int) -> torch.device:
         return torch.device("cpu") if (self.mode == "cpu" and i in self.cpu_layers) else self.device
@@ -371,7 +406,12 @@ class Placement:
         return self.streamer.adopt(block)
 
     def wrap_embedding(self, embed: torch.nn.Module) -> torch.nn.Module:
-        return HostEmbedding(embed, self.device) if self.plan.embedding_device == "cpu" else embed
+        if self.plan.embedding_device != "cpu":
+            return embed
+        if MappedHostEmbedding.supports(embed, self.device):
+            self.embedding_mapped = True
+            return MappedHostEmbedding(embed, self.device)
+        return HostEmbedding(embed, self.device)
 
     def wrap_lm_head(self, head: torch.nn.Module) -> torch.nn.Module:
         return HostComputedLayer(head, self.device, torch.float32) if self.plan.lm_head_device == "cpu" else head

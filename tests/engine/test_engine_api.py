@@ -173,10 +173,25 @@ def test_multi_turn_reuses_the_cache_prefix_and_matches_a_fresh_prefill(tiny_pai
     _, fresh = _run(eng, conv2, max_new_tokens=8, **GREEDY)
     assert fresh.stats.reused_prompt_tokens == 0
     assert fresh.stats.token_ids == second.stats.token_ids
-    # the same prompt again re-uses everything but the last token
+    # the same prompt again (regenerate) re-uses the whole prompt and the prefill's last logits
     _, again = _run(eng, conv2, max_new_tokens=8, **GREEDY)
-    assert again.stats.reused_prompt_tokens == again.stats.prompt_tokens - 1
+    assert again.stats.reused_prompt_tokens == again.stats.prompt_tokens
     assert again.stats.token_ids == fresh.stats.token_ids
+
+
+def test_regenerate_with_the_same_seed_repeats_the_answer(tiny_pair):
+    """Regenerate = same prompt, same seed: the saved prefill logits are reused (not mutated by the
+    penalties) and the answer repeats exactly, three times over, with nothing prefilled again."""
+    eng = Engine.load(model_data_from_hf(tiny_pair[0]), device="cpu", context_length=128)
+    sampled = dict(temperature=0.9, top_k=20, repetition_penalty=1.3, presence_penalty=0.5,
+                   max_new_tokens=12, ignore_eos=True, seed=5)
+    runs = [_run(eng, "Tell me a story", **sampled)[1] for _ in range(3)]
+    assert runs[0].stats.token_ids == runs[1].stats.token_ids == runs[2].stats.token_ids
+    assert runs[0].stats.reused_prompt_tokens == 0
+    assert runs[1].stats.reused_prompt_tokens == runs[2].stats.reused_prompt_tokens == runs[1].stats.prompt_tokens
+    eng.reset()
+    fresh = _run(eng, "Tell me a story", **sampled)[1]
+    assert fresh.stats.reused_prompt_tokens == 0 and fresh.stats.token_ids == runs[0].stats.token_ids
 
 
 def test_template_that_opens_thinking_streams_the_thinking_channel(tiny_pair):
@@ -227,7 +242,7 @@ def test_graph_decoder_path_matches_the_eager_path(tiny_pair):
     _, a = _run(eager, "The quick brown fox", max_new_tokens=500, **GREEDY)
     _, b = _run(graph, "The quick brown fox", max_new_tokens=500, **GREEDY)
     assert a.stats.token_ids == b.stats.token_ids
-    assert a.stats.reused_prompt_tokens == b.stats.reused_prompt_tokens == a.stats.prompt_tokens - 1
+    assert a.stats.reused_prompt_tokens == b.stats.reused_prompt_tokens == a.stats.prompt_tokens
     sampled = dict(temperature=0.9, top_k=10, top_p=0.9, max_new_tokens=12, ignore_eos=True, seed=9)
     _, c = _run(graph, "Hello", **sampled)
     _, d = _run(graph, "Hello", **sampled)

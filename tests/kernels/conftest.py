@@ -13,7 +13,8 @@ import sys
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 _MODULES = ["runtime.kernels.triton_linear", "runtime.kernels.triton_norm", "runtime.kernels.triton_rope",
-            "runtime.kernels.triton_attention", "runtime.kernels.triton_sampling"]
+            "runtime.kernels.triton_attention", "runtime.kernels.triton_sampling",
+            "runtime.kernels.triton_gather"]
 
 _linear = sys.modules.get("runtime.kernels.triton_linear")
 if os.environ["TRITON_INTERPRET"] == "1" and _linear is not None and not _linear.INTERPRET:
