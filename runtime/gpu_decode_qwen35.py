@@ -45,18 +45,44 @@ except ImportError:  # CPU-only install: the step is simply not available
 # the DeltaNet mixer after the conv, one launch per layer
 # ----------------------------------------------------------------------------------------------
 
+# Value-column block of one program: the delta rule is independent per value column (o[:, v] and
+# S[:, v] need column v of S plus the whole q, k and the scalar gates), so a head's DV columns are
+# split over DV / block programs. One program per head is only HV programs (48 on the 27B, on a
+# 132-SM GPU); block 32 gives 4 per head. TERNARY_GDN_BLOCK_DV overrides it (a power of two; a
+# block >= DV is the one-program-per-head kernel).
+GDN_BLOCK_DV = int(os.environ.get("TERNARY_GDN_BLOCK_DV", "32"))
+
 if triton is not None:
     @triton.jit
+    def _gdn_gated_norm(od, dv, mv, hv, z_ptr, nw_ptr, o_ptr, eps, DV: tl.constexpr):
+        """Gated RMSNorm (HF Qwen3_5RMSNormGated, plain weight) of a whole head's pre-norm ``od``
+        (already rounded to the model dtype, 0 in padding lanes): w * norm(o).to(dt), times silu(z).
+        ``o`` has the model dtype (``dt``)."""
+        dt = o_ptr.dtype.element_ty
+        inv = tl.rsqrt(tl.sum(od * od, axis=0) / DV + eps)
+        w = tl.load(nw_ptr + dv, mask=mv, other=0.0).to(tl.float32)
+        y = (w * (od * inv).to(dt).to(tl.float32)).to(dt).to(tl.float32)
+        zf = tl.load(z_ptr + hv * DV + dv, mask=mv, other=0.0).to(tl.float32)
+        y = y * (zf / (1.0 + tl.exp(-zf)))
+        tl.store(o_ptr + hv * DV + dv, y.to(o_ptr.dtype.element_ty), mask=mv)
+
+    @triton.jit
     def _gdn_decode_kernel(mixed_ptr, z_ptr, a_ptr, b_ptr, x_ptr, wa_ptr, wb_ptr, A_ptr, dt_ptr, s_ptr,
-                           nw_ptr, o_ptr, HID, eps, q_scale,
+                           nw_ptr, o_ptr, cnt_ptr, HID, eps, q_scale,
                            H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                           BK: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr, BH: tl.constexpr,
-                           AB_DOT: tl.constexpr):
+                           BK: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr, BDVS: tl.constexpr,
+                           NSPLIT: tl.constexpr, BH: tl.constexpr, AB_DOT: tl.constexpr):
+        """Program (hv, j): value head hv, value columns [j*BDVS, (j+1)*BDVS). Every program
+        computes the (cheap) gates and l2 norms itself; the gated RMSNorm needs all DV columns of
+        o, so with NSPLIT > 1 each program writes its pre-norm o block (in the model dtype, which
+        is what the norm reads anyway) and the last program of the head to arrive (arrival
+        counter, reset by that program) normalises the whole row."""
         hv = tl.program_id(0)
+        j = tl.program_id(1)
         kh = hv // (HV // H)  # HF grouped order: value head hv reads key head hv // (HV / H)
         dk = tl.arange(0, BDK)
         mk = dk < DK
-        dv = tl.arange(0, BDV)
+        dv = j * BDVS + tl.arange(0, BDVS)
         mv = dv < DV
         q_base = mixed_ptr + kh * DK
         k_base = mixed_ptr + H * DK + kh * DK
@@ -90,8 +116,8 @@ if triton is not None:
         beta = (1.0 / (1.0 + tl.exp(-b_v))).to(dt).to(tl.float32)  # sigmoid(b) in b's dtype
         # o = q^T (d S + k delta^T) = d q^T S + (q.k) delta,  delta = beta (v - d k^T S)
         s_base = s_ptr + hv * DK * DV
-        k_s = tl.zeros([BDV], tl.float32)
-        q_s = tl.zeros([BDV], tl.float32)
+        k_s = tl.zeros([BDVS], tl.float32)
+        q_s = tl.zeros([BDVS], tl.float32)
         for k0 in tl.static_range(0, DK, BK):
             kk = k0 + tl.arange(0, BK)
             mkk = kk < DK
@@ -109,26 +135,47 @@ if triton is not None:
             sm = mkk[:, None] & mv[None, :]
             st = tl.load(s_base + kk[:, None] * DV + dv[None, :], mask=sm, other=0.0)
             tl.store(s_base + kk[:, None] * DV + dv[None, :], st * decay + kb[:, None] * delta[None, :], mask=sm)
-        # gated RMSNorm (HF Qwen3_5RMSNormGated, plain weight): w * norm(o).to(dt), times silu(z)
-        od = tl.where(mv, o.to(dt).to(tl.float32), 0.0)
-        inv = tl.rsqrt(tl.sum(od * od, axis=0) / DV + eps)
-        w = tl.load(nw_ptr + dv, mask=mv, other=0.0).to(tl.float32)
-        y = (w * (od * inv).to(dt).to(tl.float32)).to(dt).to(tl.float32)
-        zf = tl.load(z_ptr + hv * DV + dv, mask=mv, other=0.0).to(tl.float32)
-        y = y * (zf / (1.0 + tl.exp(-zf)))
-        tl.store(o_ptr + hv * DV + dv, y.to(o_ptr.dtype.element_ty), mask=mv)
+        if NSPLIT == 1:
+            _gdn_gated_norm(tl.where(mv, o.to(dt).to(tl.float32), 0.0), dv, mv, hv, z_ptr, nw_ptr, o_ptr,
+                            eps, DV)
+        else:
+            tl.store(o_ptr + hv * DV + dv, o.to(o_ptr.dtype.element_ty), mask=mv)  # pre-norm, model dtype
+            tl.debug_barrier()  # every thread's o block is written before the release below
+            arrived = tl.atomic_add(cnt_ptr + hv, 1)  # acq_rel, gpu scope
+            if arrived == NSPLIT - 1:  # last program of this head: the norm over all DV columns
+                fv = tl.arange(0, BDV)
+                mf = fv < DV
+                od = tl.load(o_ptr + hv * DV + fv, mask=mf, other=0.0, cache_modifier=".cg").to(tl.float32)
+                _gdn_gated_norm(od, fv, mf, hv, z_ptr, nw_ptr, o_ptr, eps, DV)
+                tl.atomic_xchg(cnt_ptr + hv, 0)  # leave the counter ready for the next launch
+
+_gdn_counters: dict[torch.device, torch.Tensor] = {}
+
+
+def _gdn_counter_buffer(device: torch.device, n: int) -> torch.Tensor:
+    """Zeroed int32 per-head arrival counters, cached per device (the kernel resets what it uses,
+    so launches - layers, graph replays - share them)."""
+    buf = _gdn_counters.get(device)
+    if buf is None or buf.numel() < n:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("gdn_decode: call once before CUDA-graph capture (warm-up)")
+        buf = torch.zeros(max(n, 1024), dtype=torch.int32, device=device)
+        _gdn_counters[device] = buf
+    return buf
 
 
 def gdn_decode(mixed: torch.Tensor, z: torch.Tensor, state: torch.Tensor, A: torch.Tensor, dt_bias: torch.Tensor,
                norm_weight: torch.Tensor, eps: float, key_heads: int, *, a: torch.Tensor | None = None,
                b: torch.Tensor | None = None, x: torch.Tensor | None = None, wa: torch.Tensor | None = None,
-               wb: torch.Tensor | None = None) -> torch.Tensor:
+               wb: torch.Tensor | None = None, block_dv: int | None = None) -> torch.Tensor:
     """One token of the Gated DeltaNet mixer after the conv: returns the gated-normed ``o [1, HV*DV]``.
 
     ``mixed [1, 2*H*DK + HV*DV]`` (conv + SiLU output: q | k | v), ``z [1, HV*DV]``,
     ``state [HV, DK, DV]`` fp32 (updated in place), ``A`` (= -exp(A_log)) and ``dt_bias`` fp32
     ``[HV]``, ``norm_weight [DV]``. Gates from ``a, b [1, HV]`` or, for dense keep-list
     projections, from ``x [1, HID]`` and the rows ``wa, wb [HV, HID]`` (dot products in-kernel).
+    ``block_dv`` (default :data:`GDN_BLOCK_DV`): value columns per program, grid
+    ``(HV, ceil(DV / block_dv))``.
     """
     hv, dk, dv = state.shape
     if not state.is_contiguous() or state.dtype != torch.float32:
@@ -154,10 +201,16 @@ def gdn_decode(mixed: torch.Tensor, z: torch.Tensor, state: torch.Tensor, A: tor
             raise ValueError("inputs need a contiguous last dimension")
     out = torch.empty(1, hv * dv, dtype=mixed.dtype, device=mixed.device)
     bdv = triton.next_power_of_2(dv)
-    _gdn_decode_kernel[(hv,)](
-        mixed, z, a_arg, b_arg, xs, wa, wb, A, dt_bias, state, norm_weight, out, hid, float(eps), dk ** -0.5,
-        H=key_heads, HV=hv, DK=dk, DV=dv, BK=min(32, triton.next_power_of_2(dk)), BDK=triton.next_power_of_2(dk),
-        BDV=bdv, BH=min(1024, triton.next_power_of_2(hid)), AB_DOT=ab_dot, num_warps=4,
+    bdvs = min(bdv, triton.next_power_of_2(max(1, block_dv or GDN_BLOCK_DV)))
+    nsplit = triton.cdiv(dv, bdvs)
+    if nsplit == 1:
+        bdvs = bdv
+    cnt = _gdn_counter_buffer(mixed.device, hv) if nsplit > 1 else out  # unused when not split
+    bdk = triton.next_power_of_2(dk)
+    _gdn_decode_kernel[(hv, nsplit)](
+        mixed, z, a_arg, b_arg, xs, wa, wb, A, dt_bias, state, norm_weight, out, cnt, hid, float(eps), dk ** -0.5,
+        H=key_heads, HV=hv, DK=dk, DV=dv, BK=min(bdk, max(32, 4096 // bdvs)), BDK=bdk, BDV=bdv, BDVS=bdvs,
+        NSPLIT=nsplit, BH=min(1024, triton.next_power_of_2(hid)), AB_DOT=ab_dot, num_warps=4,
     )
     return out
 

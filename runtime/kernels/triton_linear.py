@@ -16,8 +16,13 @@ not by FLOPs. Hence
 * ``dequant`` + cuBLAS: one matrix at a time into a reused buffer, then ``torch.matmul``.
   Which prefill path runs is measured per (M bucket, N, K) on first use and cached.
 
+* ``q8`` / ``q3`` (decode activations "int8"): x is quantised to int8 by a tiny kernel first and
+  the mat-vec works in integers: t2 words through ``dp4a``; t3 words (4 bytes = 20 trits) through
+  an in-register base-3 digit extraction (TQ1_0's prescale-and-multiply-by-3) feeding ``dp2a``.
+
 Layouts: ``t2`` codes uint8 ``[N, K/4]`` read as int32 ``[N, K/16]`` (weight k at bits 2k of its
-word); ``t3`` base-3 5 trits/byte per group (decoded with exact float floor/div tricks).
+word); ``t3`` base-3 5 trits/byte per group (decoded with exact float floor/div tricks, or as int32
+words in the q3 kernel when a group has an even number of bytes, e.g. G = 128).
 Scales fp16 ``[N, K/G]``. Weights are never repacked: the GPU buffers are the file's bytes.
 """
 
@@ -418,6 +423,190 @@ def _gemv_q8_kernel(
 
 
 @triton.jit
+def _dp2a(a, b, c, HI: tl.constexpr, USE_ASM: tl.constexpr):
+    """``c + a.half[0] * b.byte[o] + a.half[1] * b.byte[o + 1]`` (o = 2 if HI else 0) for int32 ``a``
+    holding two signed 16-bit values and ``b`` four signed bytes (PTX ``dp2a.lo``/``dp2a.hi``;
+    plain integer ops in the interpreter)."""
+    if USE_ASM:
+        if HI:
+            return tl.inline_asm_elementwise("dp2a.hi.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+                                             dtype=tl.int32, is_pure=True, pack=1)
+        else:
+            return tl.inline_asm_elementwise("dp2a.lo.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+                                             dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        for i in tl.static_range(2):
+            ah = (a >> (16 * i)) & 0xFFFF
+            ah = ah - ((ah & 0x8000) << 1)
+            bb = (b >> (8 * (i + 2 * HI))) & 0xFF
+            bb = bb - ((bb & 0x80) << 1)
+            c += ah * bb
+        return c
+
+
+# t3 prescale, per 16-bit lane holding a base-3 byte b (0..242): q = b + ((55 b + 1023) >> 10) is
+# ceil(256 b / 243) (one more for 13 values of b, where that is as good), and from the 8-bit fraction
+# q / 256 "times 3, take the carry byte" yields the five trits most-significant first (checked for every
+# b in the tests; no single multiply-shift in a 16-bit lane is exact); 55 * 242 + 1023 < 2^16 and the
+# 4-bit mask keep the two lanes of a uint32 independent.
+T3_PRESCALE_MUL = 55
+T3_PRESCALE_ADD = 1023
+T3_PRESCALE_SHIFT = 10
+
+
+@triton.jit
+def _t3_prescale(v):
+    """TQ1_0-style prescale (~``ceil(256 b / 243)``) of the two bytes b in the 16-bit lanes of uint32 ``v``."""
+    return v + (((v * 55 + 0x03FF03FF) >> 10) & 0x000F000F)
+
+
+@triton.jit
+def _q3_slot_x(x_row, nw_ptr, w, bb, i, KW3, K, inv, norm_offset, G: tl.constexpr, NBG: tl.constexpr,
+               NORM: tl.constexpr, NORM_QWEN3: tl.constexpr):
+    """x (fp32, normalised when asked) of the weight that trit digit ``i`` (most significant first) of
+    byte ``bb`` of t3 word ``w`` encodes; 0 for padding slots and words past the row."""
+    byte = 4 * w + bb
+    g = byte // NBG
+    j = 5 * (byte - g * NBG) + (4 - i)
+    kk = tl.where((j < G) & (w < KW3), g * G + j, K)
+    return _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)
+
+
+@triton.jit
+def _quant_x3_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW3, eps, norm_offset, G: tl.constexpr,
+                     NBG: tl.constexpr, BLOCK_W: tl.constexpr, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr,
+                     NORM_BLOCK: tl.constexpr):
+    """One x row (RMS-normalised when asked) to int8 in the order a t3 int32 weight word (4 bytes,
+    20 trit slots) is decoded, one fp32 scale per word. Output row of ``13 * KW3`` int32 planes:
+    ``5 p + i`` (p = 0: bytes 0,1; p = 1: bytes 2,3; i = digit, most significant first) the pair
+    ``(q[byte 2p, i] & 0xFFFF) | (q[byte 2p + 1, i] << 16)`` that one ``dp2a`` multiplies with the
+    digits; plane 10 the scale bits (absmax / 127 over the word's real activations); 11 + p the sum
+    of pair p's ten int8 values (codes are t + 1: ``sum t q = sum c q - sum q``). Padding slots
+    (trits past G in a group's last byte) get x = 0."""
+    row = tl.program_id(0)
+    x_row = x_ptr + row * stride_xm
+    q_row = q_ptr + row * 13 * KW3
+    inv = 1.0
+    if NORM:
+        ss = tl.zeros([NORM_BLOCK], tl.float32)
+        for k0 in range(0, K, NORM_BLOCK):
+            kk = k0 + tl.arange(0, NORM_BLOCK)
+            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+            ss += xv * xv
+        inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    amax = tl.zeros([BLOCK_W], tl.float32)
+    for bb in tl.static_range(4):
+        for i in tl.static_range(5):
+            xf = _q3_slot_x(x_row, nw_ptr, w, bb, i, KW3, K, inv, norm_offset, G, NBG, NORM, NORM_QWEN3)
+            amax = tl.maximum(amax, tl.abs(xf))
+    scale = amax / 127.0
+    rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
+    wm = w < KW3
+    tl.store(q_row + 10 * KW3 + w, scale.to(tl.int32, bitcast=True), mask=wm)
+    for p in tl.static_range(2):
+        xsum = tl.zeros([BLOCK_W], tl.int32)
+        for i in tl.static_range(5):
+            xa = _q3_slot_x(x_row, nw_ptr, w, 2 * p, i, KW3, K, inv, norm_offset, G, NBG, NORM, NORM_QWEN3)
+            xb = _q3_slot_x(x_row, nw_ptr, w, 2 * p + 1, i, KW3, K, inv, norm_offset, G, NBG, NORM, NORM_QWEN3)
+            qa = tl.minimum(tl.maximum(tl.floor(xa * rcp + 0.5), -127.0), 127.0).to(tl.int32)
+            qb = tl.minimum(tl.maximum(tl.floor(xb * rcp + 0.5), -127.0), 127.0).to(tl.int32)
+            xsum += qa + qb
+            tl.store(q_row + (5 * p + i) * KW3 + w, (qa & 0xFFFF) | (qb << 16), mask=wm)
+        tl.store(q_row + (11 + p) * KW3 + w, xsum, mask=wm)
+
+
+@triton.jit
+def _gemv_q3_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, NG, KW3: tl.constexpr,
+    NBG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+):
+    """Mat-vec of t3 (base-3, 5 trits per byte) weights on int8 activations, reading the stored
+    bytes as int32 words (4 bytes = 20 trit slots; NBG even, so bytes 0,1 and bytes 2,3 each lie in
+    one scale group). Per word: bytes 0,2 and 1,3 go to the 16-bit lanes of two registers, are
+    prescaled to q ~ ceil(256 b / 243) (TQ1_0's trick, here in-kernel), then 5 times
+    ``x3; carry bytes -> digit word; mask`` gives the digits of all 4 bytes at once, which two
+    ``dp2a`` (lo pair, hi pair) multiply with packed int16 activations: ~2.5 integer instructions
+    per weight, no per-weight loads or float converts. ``q_ptr``: ``_quant_x3_kernel``'s rows.
+    KW3 (words per row: 260, 312, 884 at 27B shapes, never a multiple of 16) is a constexpr so the
+    compiler sees the row starts' alignment (16 bytes there) and can vectorise word and x-plane loads."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    q_row = q_ptr + pid_m * 13 * KW3
+    n_wb = tl.cdiv(KW3, BLOCK_W)
+    per_split = tl.cdiv(n_wb, SPLIT_K)
+    wb0 = pid_k * per_split
+    wb1 = tl.minimum(wb0 + per_split, n_wb)
+    acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    n_groups = NG
+    kw_total = KW3
+    for wb in range(wb0, wb1):
+        wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
+        if EVEN_K:
+            km = wk >= 0
+        else:
+            km = wk < kw_total
+        wmask = n_mask[:, None] & km[None, :]
+        widx = offs_n[:, None] * kw_total + wk[None, :]
+        wu = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first").to(tl.uint32, bitcast=True)
+        lo = _t3_prescale(wu & 0x00FF00FF)
+        hi = _t3_prescale((wu >> 8) & 0x00FF00FF)
+        if DUAL:
+            wu2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first").to(tl.uint32, bitcast=True)
+            lo2 = _t3_prescale(wu2 & 0x00FF00FF)
+            hi2 = _t3_prescale((wu2 >> 8) & 0x00FF00FF)
+        # the dots start at -sum(x) of their pair (codes are t + 1), which is dp2a's first addend
+        xsl = tl.load(q_row + 11 * kw_total + wk, mask=km, other=0)[None, :]
+        xsh = tl.load(q_row + 12 * kw_total + wk, mask=km, other=0)[None, :]
+        dl = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsl
+        dh = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsh
+        if DUAL:
+            dl2 = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsl
+            dh2 = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsh
+        for i in tl.static_range(5):
+            xl = tl.load(q_row + i * kw_total + wk, mask=km, other=0)[None, :]
+            xh = tl.load(q_row + (5 + i) * kw_total + wk, mask=km, other=0)[None, :]
+            lo = lo * 3
+            hi = hi * 3
+            d = (((lo >> 8) & 0x00FF00FF) | (hi & 0xFF00FF00)).to(tl.int32, bitcast=True)
+            lo = lo & 0x00FF00FF
+            hi = hi & 0x00FF00FF
+            dl = _dp2a(xl, d, dl, 0, USE_ASM)
+            dh = _dp2a(xh, d, dh, 1, USE_ASM)
+            if DUAL:
+                lo2 = lo2 * 3
+                hi2 = hi2 * 3
+                d2 = (((lo2 >> 8) & 0x00FF00FF) | (hi2 & 0xFF00FF00)).to(tl.int32, bitcast=True)
+                lo2 = lo2 & 0x00FF00FF
+                hi2 = hi2 & 0x00FF00FF
+                dl2 = _dp2a(xl, d2, dl2, 0, USE_ASM)
+                dh2 = _dp2a(xh, d2, dh2, 1, USE_ASM)
+        xs = tl.load(q_row + 10 * kw_total + wk, mask=km, other=0).to(tl.float32, bitcast=True)[None, :]
+        srow = offs_n[:, None] * n_groups
+        glo = ((4 * wk) // NBG)[None, :]
+        ghi = ((4 * wk + 2) // NBG)[None, :]
+        scl = tl.load(s_ptr + srow + glo, mask=wmask, other=0.0).to(tl.float32)
+        sch = tl.load(s_ptr + srow + ghi, mask=wmask, other=0.0).to(tl.float32)
+        acc2d += (dl.to(tl.float32) * scl + dh.to(tl.float32) * sch) * xs
+        if DUAL:
+            scl2 = tl.load(s2_ptr + srow + glo, mask=wmask, other=0.0).to(tl.float32)
+            sch2 = tl.load(s2_ptr + srow + ghi, mask=wmask, other=0.0).to(tl.float32)
+            acc2d2 += (dl2.to(tl.float32) * scl2 + dh2.to(tl.float32) * sch2) * xs
+    acc = tl.sum(acc2d, axis=1)
+    acc2 = tl.sum(acc2d2, axis=1)
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
+
+
+@triton.jit
 def _gemv_dot_kernel(
     x_ptr, stride_xm, nw_ptr,
     w_ptr, s_ptr, w2_ptr, s2_ptr,
@@ -620,7 +809,16 @@ _Q8_CANDIDATES = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 4), ("q8", 8, 2048, 
 # (the full-tune winners on the H200 for Bonsai-8B shapes come first: small programs, many loads in flight)
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4), ("q8", 4, 4096, 1, 4),
              ("q8", 16, 512, 1, 4)]
+# int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
+# warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts
+_Q3_CANDIDATES = [("q3", 2, 256, 1, 2), ("q3", 4, 128, 1, 2), ("q3", 4, 256, 1, 4), ("q3", 8, 64, 1, 4),
+                  ("q3", 8, 128, 1, 4), ("q3", 16, 64, 1, 4), ("q3", 2, 512, 1, 4), ("q3", 2, 128, 2, 2),
+                  ("q3", 4, 128, 2, 4), ("q3", 8, 128, 4, 4), ("q3", 16, 128, 1, 8), ("q3", 4, 64, 3, 2),
+                  ("q3", 16, 64, 2, 4), ("q3", 32, 32, 1, 4), ("q3", 32, 32, 2, 4)]
+_QUICK_Q3 = [("q3", 2, 256, 1, 2), ("q3", 4, 128, 1, 2), ("q3", 8, 64, 1, 4), ("q3", 2, 128, 2, 2),
+             ("q3", 16, 64, 1, 4)]
 _INTERPRET_GEMV = (16, 64, 1, 4)
+_INTERPRET_Q3 = ("q3", 16, 16, 2, 4)  # small tiles for the interpreter tests (split-K exercised)
 ACTIVATION_MODES = ("int8", "exact")
 _decode_activations = os.environ.get("TERNARY_DECODE_ACTIVATIONS", "int8")
 if _decode_activations not in ACTIVATION_MODES:
@@ -629,7 +827,8 @@ if _decode_activations not in ACTIVATION_MODES:
 
 def set_decode_activations(mode: str) -> None:
     """``"int8"``: decode mat-vecs quantise x to int8 (one scale per 16 values) and use ``dp4a`` —
-    what llama.cpp does for every quantised mat-vec, ~3x fewer instructions per weight; ``"exact"``:
+    what llama.cpp does for every quantised mat-vec, ~3x fewer instructions per weight (t3 weights:
+    one scale per 20 values and ``dp2a``, see ``_gemv_q3_kernel``); ``"exact"``:
     x stays fp32 in the kernel (results equal the reference to fp32 rounding). Applies to bf16/fp16
     activations in mat-vecs of <= 8 rows; fp32 activations and prefill GEMMs are always exact."""
     global _decode_activations
@@ -785,7 +984,45 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
     )
 
 
+def _q3_ok(k: int, g: int) -> bool:
+    """t3 layouts the int8 dp2a mat-vec reads: an even number of bytes per group (each byte pair of an
+    int32 word in one scale group; G = 128 -> 26) and rows of whole int32 words."""
+    nbg = t3_bytes_per_group(g)
+    return nbg % 2 == 0 and ((k // g) * nbg) % 4 == 0
+
+
+def _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
+    _, bn, bw, sk, warps = cfg
+    m = x2.shape[0]
+    nbg = t3_bytes_per_group(g)
+    kw3 = (k // g) * nbg // 4
+    qx = torch.empty(m, 13 * kw3, dtype=torch.int32, device=x2.device)
+    qw = min(64, triton.next_power_of_2(kw3))
+    _quant_x3_kernel[(m, triton.cdiv(kw3, qw))](
+        x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw3, float(eps), float(norm_offset),
+        G=g, NBG=nbg, BLOCK_W=qw, NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0,
+        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4)
+    n_tiles = triton.cdiv(n, bn)
+    part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
+    wv = w.view(torch.int32)
+    _gemv_q3_kernel[(m, n_tiles, sk)](
+        qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, k // g, KW3=kw3,
+        NBG=nbg, BLOCK_N=bn, BLOCK_W=bw, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
+        EVEN_K=kw3 % bw == 0, USE_ASM=not INTERPRET, num_warps=warps,
+    )
+
+
 def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=0):
+    if cfg[0] == "q3":
+        if encoding != T3:
+            raise ValueError("the q3 int8-activation mat-vec handles t3 weights")
+        if _q3_ok(k, g):
+            return _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
+        # a layout it cannot read (odd bytes per group, e.g. G = 64): the exact t3 kernel
+        cfg = _INTERPRET_GEMV if INTERPRET else _GEMV_CANDIDATES[0]
+        cfg = (cfg[0], max(min(cfg[1], triton.next_power_of_2(k)), g), cfg[2], cfg[3])
     if cfg[0] == "q8":
         if encoding != T2:
             raise ValueError("the int8-activation mat-vec handles t2 weights")
@@ -847,9 +1084,11 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         bn, bk, sk, w_ = _INTERPRET_GEMV
         return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
     # fp32 activations mean "exact" (reference comparisons); 16-bit ones already round x to 8-9 bits
-    int8 = _decode_activations == "int8" and encoding == T2 and g >= 16 and x2.dtype != torch.float32
+    a8 = _decode_activations == "int8" and x2.dtype != torch.float32
+    int8 = a8 and encoding == T2 and g >= 16
+    q3 = a8 and encoding == T3 and _q3_ok(k, g)
     key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
-    key += "|a8" if int8 else ""
+    key += "|a8" if int8 or q3 else ""
     cfg = _tuned.get(key)
     if cfg is not None:
         return cfg
@@ -861,6 +1100,9 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
 
     if int8:
         cands += [c for c in _Q8_CANDIDATES if fits(c)]
+    if q3:
+        kw3 = (k // g) * t3_bytes_per_group(g) // 4
+        cands += [c for c in _Q3_CANDIDATES if c[3] <= triton.cdiv(kw3, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
     if encoding == T2 and g >= 16:
         # prepared-x variants only: the plain FMA kernel (x re-read and converted per weight word)
         # measured 4x slower inside a real decode step than alone (o_proj 38 vs 9 us, H200)
@@ -873,7 +1115,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
                 continue
             cands.append((bn, bk, sk, warps))
     if os.environ.get("TERNARY_KERNELS_TUNE") != "full":
-        cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8] or cands
+        cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8 or c in _QUICK_Q3] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
     if torch.cuda.is_current_stream_capturing():  # cannot measure inside a capture: safe default

@@ -20,6 +20,7 @@ import torch
 from runtime.formats.model_data import T2, T3, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor
 from runtime.model.config import ModelConfig
 from runtime.synthetic import (
+    _T2_TERNARY_BYTES,
     DEFAULT_GROUP_SIZE,
     TensorSpec,
     _generator,
@@ -117,6 +118,34 @@ def random_ternary_t3(name: str, shape: tuple[int, int], seed: int = 0, group_si
     return TernaryTensor((rows, cols), group_size, packed.view(rows, groups * nbg), scales, T3)
 
 
+def random_ternary_t2(name: str, shape: tuple[int, int], seed: int = 0, group_size: int = DEFAULT_GROUP_SIZE,
+                      device: torch.device | str = "cpu") -> TernaryTensor:
+    """Random ternary weights in the 2-bit ``t2`` packing, drawn on ``device`` (uniform codes 0..2).
+
+    Each byte is one of the 81 bytes whose four 2-bit codes are all in {0, 1, 2} (a uniform draw of
+    the byte index, looked up in a table on the device), so no code 3 is ever produced. Scales as
+    :func:`runtime.synthetic.random_ternary`. Deterministic per ``(seed, name, device type)``; on
+    CUDA the values come from the CUDA generator (seconds for the 27B instead of minutes), so they
+    differ from the CPU draw of :func:`runtime.synthetic.random_ternary`.
+    """
+    rows, cols = shape
+    if cols % group_size or group_size % 4:
+        raise ValueError(f"{name}: width {cols} / group size {group_size} do not fit the t2 layout")
+    device = torch.device(device)
+    g = _device_generator(seed, name, device)
+    table = _T2_TERNARY_BYTES.to(device)
+    nb = cols // 4
+    packed = torch.empty(rows, nb, dtype=torch.uint8, device=device)
+    step = max(1, _CHUNK_ELEMS // nb)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        idx = torch.randint(0, 81, (r1 - r0, nb), generator=g, device=device, dtype=torch.int64)
+        packed[r0:r1] = table[idx]
+    base = (1.5 / cols) ** 0.5
+    scales = ((torch.rand(rows, cols // group_size, generator=g, device=device) + 0.5) * base).to(torch.float16)
+    return TernaryTensor((rows, cols), group_size, packed, scales, T2)
+
+
 def _dense(spec: TensorSpec, seed: int) -> DenseTensor:
     g = _generator(seed, spec.name)
     shape = spec.shape
@@ -139,17 +168,21 @@ def qwen35_synthetic_tensors(cfg: ModelConfig, seed: int = 0, encoding: str = T2
                              device: torch.device | str = "cpu") -> Iterator[tuple[str, Tensor]]:
     """Yield ``(name, tensor)`` one at a time (the 27B is ~7 GB t2 / ~6 GB t3: stream it).
 
-    ``device`` other than CPU is supported for ``t3`` (drawn on that device); dense tensors are
-    always drawn on the CPU (they are small) and moved.
+    Ternary matrices are drawn on ``device`` (``t3`` by :func:`random_ternary_t3`; ``t2`` off the
+    CPU by :func:`random_ternary_t2`, on the CPU by :func:`runtime.synthetic.random_ternary`, the
+    values the CPU models have always had); dense tensors are always drawn on the CPU (they are
+    small) and moved.
     """
     device = torch.device(device)
-    if device.type != "cpu" and encoding != T3:
-        raise ValueError("on-device synthetic generation is implemented for the t3 packing only")
+    if encoding not in (T2, T3):
+        raise ValueError(f"unknown ternary encoding {encoding!r}")
     for spec in qwen35_tensor_specs(cfg):
         if spec.kind == "ternary":
             shape = (spec.shape[0], spec.shape[1])
             if encoding == T3:
                 yield spec.name, random_ternary_t3(spec.name, shape, seed, group_size, device)
+            elif device.type != "cpu":
+                yield spec.name, random_ternary_t2(spec.name, shape, seed, group_size, device)
             else:
                 yield spec.name, random_ternary(spec.name, shape, seed, group_size, encoding)
         else:

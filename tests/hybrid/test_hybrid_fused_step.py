@@ -139,9 +139,13 @@ def _assert_step_equals_forward(ref: Qwen35Model, fused_model: Qwen35Model) -> N
     assert float(fused_model.state.recurrent.abs().max()) > 0  # (the state really is in use)
 
 
+@pytest.mark.parametrize("block_dv", [None, 8, 4])
 @pytest.mark.parametrize("dense_ab", [True, False])
-def test_hybrid_gdn_decode_kernel_matches_torch(dense_ab):
-    """Odd sizes (padding lanes), 3 value heads per key head, both ways of getting the gates."""
+def test_hybrid_gdn_decode_kernel_matches_torch(dense_ab, block_dv):
+    """Odd sizes (padding lanes), 3 value heads per key head, both ways of getting the gates; one
+    program per head (DV=20 < the default column block) and split over value columns (block 8:
+    3 programs per head, the last one half padding; block 4: 5 per head), run twice so the
+    split's arrival counters must have been reset."""
     g = torch.Generator().manual_seed(0)
     h, hv, dk, dv, hid = 2, 6, 24, 20, 40
     mixed = torch.randn(1, 2 * h * dk + hv * dv, generator=g)
@@ -160,13 +164,16 @@ def test_hybrid_gdn_decode_kernel_matches_torch(dense_ab):
     o = deltanet.gated_delta_rule_recurrent(q.view(1, h, dk), k.view(1, h, dk), v.view(1, hv, dv), gate,
                                             torch.sigmoid(b), s_ref)
     want = deltanet.gated_rms_norm(o, z.view(1, hv, dv), nw, 1e-6).reshape(1, hv * dv)
+    o2 = deltanet.gated_delta_rule_recurrent(q.view(1, h, dk), k.view(1, h, dk), v.view(1, hv, dv), gate,
+                                             torch.sigmoid(b), s_ref)
+    want2 = deltanet.gated_rms_norm(o2, z.view(1, hv, dv), nw, 1e-6).reshape(1, hv * dv)
     s_dev = state.clone().to(DEV)
     args = (mixed.to(DEV), z.to(DEV), s_dev, A.to(DEV), dt_bias.to(DEV), nw.to(DEV), 1e-6, h)
-    if dense_ab:
-        got = gdn_decode(*args, x=x.to(DEV), wa=wa.to(DEV), wb=wb.to(DEV))
-    else:
-        got = gdn_decode(*args, a=a.to(DEV), b=b.to(DEV))
+    kw = dict(x=x.to(DEV), wa=wa.to(DEV), wb=wb.to(DEV)) if dense_ab else dict(a=a.to(DEV), b=b.to(DEV))
+    got = gdn_decode(*args, **kw, block_dv=block_dv)
+    got2 = gdn_decode(*args, **kw, block_dv=block_dv)
     assert torch.allclose(got.cpu(), want, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(got2.cpu(), want2, atol=1e-5, rtol=1e-5)
     assert torch.allclose(s_dev.cpu(), s_ref, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError):
         gdn_decode(*args)  # neither a/b nor x/wa/wb

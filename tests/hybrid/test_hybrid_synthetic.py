@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from runtime.formats import codecs
 from runtime.formats.model_data import T2, T3, DenseTensor, TernaryTensor, t3_bytes_per_group
+from runtime.model import qwen35_synthetic
 from runtime.model.config import ModelConfig
 from runtime.model.qwen35 import Qwen35Model
-from runtime.model.qwen35_synthetic import qwen35_synthetic_model, qwen35_tensor_specs, random_ternary_t3
+from runtime.model.qwen35_synthetic import (
+    qwen35_synthetic_model,
+    qwen35_synthetic_tensors,
+    qwen35_tensor_specs,
+    random_ternary_t2,
+    random_ternary_t3,
+)
 from runtime.synthetic import synthetic_config
 
 
@@ -47,6 +55,59 @@ def test_hybrid_t3_generator_is_valid_base3():
     assert int(codes.max()) <= 2
     assert 0.3 < float((codes == 1).float().mean()) < 0.37  # ~1/3 zeros
     assert torch.equal(codecs.pack_t3(codes, 128), t.codes)  # canonical packing, padding trits zero
+
+
+def test_hybrid_t2_device_generator_is_valid_t2():
+    """The on-device t2 draw (run here with device="cpu"): canonical t2 layout, codes only 0..2,
+    fan-in-scaled fp16 scales, deterministic per (seed, name), different per name."""
+    t = random_ternary_t2("x", (40, 512), seed=1, group_size=128, device="cpu")
+    assert t.encoding == T2 and t.shape == (40, 512) and t.group_size == 128
+    assert t.codes.dtype == torch.uint8 and tuple(t.codes.shape) == (40, 512 // 4)
+    assert t.scales.dtype == torch.float16 and tuple(t.scales.shape) == (40, 512 // 128)
+    codes = codecs.codes_of(t)
+    assert tuple(codes.shape) == (40, 512)
+    assert int(codes.max()) <= 2
+    for c in range(3):
+        assert 0.3 < float((codes == c).float().mean()) < 0.37  # uniform trits
+    assert torch.equal(codecs.pack_t2(codes), t.codes)
+    base = (1.5 / 512) ** 0.5
+    assert float(t.scales.min()) >= 0.49 * base and float(t.scales.max()) <= 1.51 * base
+    again = random_ternary_t2("x", (40, 512), seed=1, group_size=128, device="cpu")
+    assert torch.equal(again.codes, t.codes) and torch.equal(again.scales, t.scales)
+    assert not torch.equal(random_ternary_t2("y", (40, 512), seed=1, group_size=128).codes, t.codes)
+    with pytest.raises(ValueError):
+        random_ternary_t2("x", (4, 130), group_size=130)
+
+
+def test_hybrid_t2_on_device_path_builds_a_runnable_model(monkeypatch):
+    """qwen35_synthetic_tensors(encoding="t2") off the CPU draws with random_ternary_t2 and yields
+    valid t2 tensors of the spec shapes that a model runs on. The device is "meta" here (dense
+    tensors move there; the ternary draw is redirected to the CPU, standing in for CUDA)."""
+    cfg = tiny_hybrid_config()
+    calls = []
+
+    def t2_on_cpu(name, shape, seed, group_size, device):
+        calls.append(torch.device(device).type)
+        return random_ternary_t2(name, shape, seed, group_size, "cpu")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(qwen35_synthetic, "random_ternary_t2", t2_on_cpu)
+        mp.setattr(qwen35_synthetic, "random_ternary", None)  # the CPU draw must not be used
+        tensors = dict(qwen35_synthetic_tensors(cfg, seed=3, encoding=T2, group_size=64, device="meta"))
+    specs = {s.name: s for s in qwen35_tensor_specs(cfg)}
+    assert set(tensors) == set(specs)
+    ternary = [n for n, s in specs.items() if s.kind == "ternary"]
+    assert len(calls) == len(ternary) and set(calls) == {"meta"}
+    for n in ternary:
+        t = tensors[n]
+        assert isinstance(t, TernaryTensor) and t.encoding == T2 and t.shape == specs[n].shape
+        assert int(codecs.codes_of(t).max()) <= 2
+    data = qwen35_synthetic_model("bonsai-27b", seed=3, encoding=T2, group_size=64, config=cfg)
+    data.tensors.update({n: tensors[n] for n in ternary})
+    model = Qwen35Model.from_model_data(data, max_positions=64)
+    with torch.no_grad():
+        logits = model(torch.arange(12), torch.arange(12))
+    assert torch.isfinite(logits).all() and logits.std() > 0.1
 
 
 def test_hybrid_tiny_synthetic_models_run_in_both_packings():

@@ -1,0 +1,133 @@
+"""The 27B hybrid through the real engine (what the app runs), one device call.
+
+Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``):
+``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
+host memory so the load is the engine's own), one warm-up answer, then ``--runs`` greedy answers to
+the same ``--prompt-tokens`` prompt (cache reset before each, so every run prefills) of ``--gen``
+tokens. Reports the plan (layers on GPU/CPU, where the embedding lives), warm TTFT, prefill and
+decode tok/s (medians), ``torch.cuda.max_memory_allocated`` over load + runs and over the runs only,
+the device-level peak (``mem_get_info``), and whether each configuration's tokens equal the first
+one's. Usage (device machine, repo root; fla optional):
+
+    TERNARY_FUSED_HYBRID=1 python3 scripts/gpu/engine_27b.py --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+T0 = time.perf_counter()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_bytes(s: str) -> int:
+    units = {"GiB": 1 << 30, "MiB": 1 << 20, "GB": 10 ** 9}
+    for u, f in units.items():
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * f)
+    return int(s)
+
+
+def main() -> int:
+    from runtime.engine import CancelToken, Engine
+    from runtime.formats.model_data import ModelData
+    from runtime.generation import GenerationSettings
+    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="/tmp/engine27b")
+    ap.add_argument("--model", default="bonsai-27b-ptq1")
+    ap.add_argument("--configs", default="full,7GiB,6GiB")
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--decode-activations", default="int8")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    md = qwen35_synthetic_model(a.model, seed=0, group_size=128, device="cuda")
+    def host(t):  # TernaryTensor (codes/scales) or DenseTensor (data)
+        fields = {f: getattr(t, f).to("cpu") for f in ("codes", "scales", "data")
+                  if isinstance(getattr(t, f, None), torch.Tensor)}
+        return dataclasses.replace(t, **fields)
+
+    md = ModelData(config=md.config, tensors={k: host(v) for k, v in md.tensors.items()},
+                   tokenizer=md.tokenizer, generation_defaults=md.generation_defaults, provenance=md.provenance,
+                   name=md.name)
+    gc.collect()
+    torch.cuda.empty_cache()
+    log("synthetic model generated and moved to host memory")
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(1000, md.config.vocab_size - 1000, (a.prompt_tokens,), generator=g).tolist()
+    s = GenerationSettings(temperature=0.0, max_new_tokens=a.gen, ignore_eos=True, enable_thinking=False)
+    results, ref_tokens = [], None
+    for cfg in a.configs.split(","):
+        r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen}
+        try:
+            torch.cuda.reset_peak_memory_stats()
+            free0, total = torch.cuda.mem_get_info()
+            t = time.perf_counter()
+            eng = Engine.load(md, device="cuda", context_length=a.ctx,
+                              max_vram_bytes=None if cfg == "full" else parse_bytes(cfg),
+                              decode_activations=a.decode_activations)
+            r["load_s"] = round(time.perf_counter() - t, 1)
+            p = eng.info.plan or {}
+            r["plan"] = {k: (len(v) if isinstance(v, list) else v) for k, v in p.items()
+                         if not isinstance(v, dict) and k != "reasons"}
+            r["load_max_allocated"] = torch.cuda.max_memory_allocated()
+            runs = []
+            for i in range(a.runs + 1):
+                eng.reset()
+                done = list(eng._generate(prompt, s, CancelToken(), 0.0))[-1]  # token ids, no template
+                st = done.stats
+                if i:
+                    runs.append(st)
+                log(f"{cfg} run {i}: decode {st.decode_tok_s:.1f} tok/s, ttft {st.ttft_s * 1000:.0f} ms")
+            free1, _ = torch.cuda.mem_get_info()
+            r["decode_tok_s"] = round(statistics.median(x.decode_tok_s for x in runs), 1)
+            r["decode_tok_s_runs"] = [round(x.decode_tok_s, 1) for x in runs]
+            r["ttft_ms"] = round(statistics.median(x.ttft_s for x in runs) * 1000, 1)
+            r["prefill_tok_s"] = round(statistics.median(x.prefill_tok_s for x in runs), 1)
+            r["max_allocated"] = torch.cuda.max_memory_allocated()
+            r["max_allocated_GB"] = round(r["max_allocated"] / 1e9, 3)
+            r["run_peak_allocated"] = max(x.peak_memory_bytes for x in runs)
+            r["device_used_after_runs"] = total - free1
+            r["device_used_before_load"] = total - free0
+            toks = runs[0].token_ids
+            r["same_tokens_every_run"] = all(x.token_ids == toks for x in runs)
+            if ref_tokens is None:
+                ref_tokens = toks
+            r["tokens_equal_first_config"] = toks == ref_tokens
+            r["first_tokens"] = toks[:8]
+            r["graph_decode"] = eng.graph_decode
+            eng.close()
+            del eng
+        except Exception as e:  # the next configuration may still answer
+            import traceback
+            traceback.print_exc()
+            r["error"] = repr(e)[:600]
+        gc.collect()
+        torch.cuda.empty_cache()
+        print(json.dumps(r), flush=True)
+        results.append(r)
+    (out / "engine_27b.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
