@@ -238,6 +238,8 @@ def enforce_max_vram(max_vram: int, device: torch.device | str = "cuda", context
     from runtime.planner import DEFAULT_CUDA_CONTEXT_BYTES
 
     device = torch.device(device)
+    if device.index is None:  # "cuda": the allocator call needs an index
+        device = torch.device("cuda", torch.cuda.current_device())
     total = torch.cuda.get_device_properties(device).total_memory
     ctx = DEFAULT_CUDA_CONTEXT_BYTES if context_bytes is None else context_bytes
     frac = max(0.0, min(1.0, (max_vram - ctx) / total))

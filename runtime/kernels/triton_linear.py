@@ -893,7 +893,8 @@ def _bench(fn) -> float:
     dev = torch.device("cuda", torch.cuda.current_device())
     buf = _flush.get(dev)
     if buf is None:
-        buf = _flush[dev] = torch.empty(96 << 20, dtype=torch.uint8, device=dev)
+        with torch.inference_mode(False):  # tuned inside inference_mode, zeroed outside it later
+            buf = _flush[dev] = torch.empty(96 << 20, dtype=torch.uint8, device=dev)
     fn()
     torch.cuda.synchronize()
     reps = 8

@@ -27,8 +27,10 @@ import json
 for r in json.load(open('$OUT/diag27b.json')):
     print({k: v for k, v in r.items() if k not in ('by_kernel', 'first_layers')})
     for x in r.get('by_kernel', [])[:6]: print('   ', x)" ;;
-    engine) TERNARY_FUSED_HYBRID=1 timeout $(( L - 5 )) python3 scripts/gpu/engine_27b.py --out "$OUT" \
-             ${ENGINE_ARGS:-} > "$OUT/engine.log" 2>&1
-           echo "[$(( $(date +%s) - T0 ))s] engine rc=$?"; grep '^{' "$OUT/engine.log" | cut -c1-1500; grep -v '^{' "$OUT/engine.log" | tail -4 ;;
+    engine) timeout $(( L - 5 )) python3 scripts/gpu/engine_27b.py --out "$OUT/ptq1" ${ENGINE_ARGS:-} > "$OUT/engine.log" 2>&1
+           echo "[$(( $(date +%s) - T0 ))s] engine rc=$?"; grep '^{' "$OUT/engine.log" | cut -c1-1500; grep -v '^{' "$OUT/engine.log" | tail -4
+           L=$(left); [ "$L" -gt 60 ] && timeout $(( L - 5 )) python3 scripts/gpu/engine_27b.py --out "$OUT/t2" --model bonsai-27b \
+             --configs full ${ENGINE_ARGS:-} > "$OUT/engine_t2.log" 2>&1
+           echo "[$(( $(date +%s) - T0 ))s] engine t2 rc=$?"; grep '^{' "$OUT/engine_t2.log" | cut -c1-1500 ;;
   esac
 done
