@@ -57,7 +57,11 @@ def main() -> int:
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--decode-activations", default="int8")
+    ap.add_argument("--prefill-chunk", type=int, default=0, help="override the engine's prompt chunk (0: default)")
     a = ap.parse_args()
+    if a.prefill_chunk:
+        import runtime.engine as engine_mod
+        engine_mod.PREFILL_CHUNK = a.prefill_chunk
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     md = qwen35_synthetic_model(a.model, seed=0, group_size=128, device="cuda")
@@ -77,7 +81,8 @@ def main() -> int:
     s = GenerationSettings(temperature=0.0, max_new_tokens=a.gen, ignore_eos=True, enable_thinking=False)
     results, ref_tokens = [], None
     for cfg in a.configs.split(","):
-        r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen}
+        r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen,
+                   "prefill_chunk": a.prefill_chunk or "default"}
         try:
             torch.cuda.reset_peak_memory_stats()
             free0, total = torch.cuda.mem_get_info()
