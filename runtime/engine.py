@@ -78,6 +78,9 @@ def resolve_device(device: str) -> torch.device:
         raise UnsupportedModelError("CUDA was requested but no CUDA GPU is available (use --device cpu)")
     if dev.type not in ("cpu", "cuda"):
         raise UnsupportedModelError(f"device {device!r} is not supported (use auto, cpu or cuda)")
+    if dev.type == "cuda" and dev.index is None:
+        # "cuda" -> "cuda:N": tensors report an indexed device, and placement code compares devices
+        dev = torch.device("cuda", torch.cuda.current_device())
     return dev
 
 

@@ -65,6 +65,17 @@ class _Binding:
     elem_offset: int  # storage_offset() in elements
 
 
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` are the same device here (an unindexed CUDA device means the current
+    one); ``!=`` on torch devices says otherwise, which once made offload silently stream nothing."""
+    if a.type != b.type:
+        return False
+    if a.type != "cuda" or (a.index is not None and b.index is not None):
+        return a.index == b.index
+    cur = torch.cuda.current_device() if torch.cuda.is_available() else 0
+    return (cur if a.index is None else a.index) == (cur if b.index is None else b.index)
+
+
 def _collect_bindings(block: torch.nn.Module, device: torch.device,
                       keep: tuple[str, ...]) -> list[_Binding]:
     """Every tensor of ``block`` on ``device`` (buffers, parameters, plain tensor attributes)."""
@@ -76,7 +87,7 @@ def _collect_bindings(block: torch.nn.Module, device: torch.device,
         items += [(n, "attr", t) for n, t in vars(mod).items() if isinstance(t, torch.Tensor)]
         for name, kind, t in items:
             full = f"{mname}.{name}" if mname else name
-            if any(k in full for k in keep) or t.device != device:
+            if any(k in full for k in keep) or not same_device(t.device, device):
                 continue
             out.append(_Binding(mod, name, kind, t.dtype, tuple(t.shape), tuple(t.stride()),
                                 t.untyped_storage().data_ptr(), t.storage_offset()))

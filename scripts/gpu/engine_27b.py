@@ -119,6 +119,7 @@ def main() -> int:
                 ref_tokens = toks
             r["tokens_equal_first_config"] = toks == ref_tokens
             r["first_tokens"] = toks[:8]
+            r["tokens"] = toks
             r["graph_decode"] = eng.graph_decode
             eng.close()
             del eng

@@ -295,3 +295,17 @@ def test_model_built_with_an_offload_placement_gives_the_same_logits(tiny_pair, 
             assert any(type(m).__name__ == "StreamedLayer" for m in placed.layers)
         out = placed(ids, torch.arange(20), kv_len=20)
     assert torch.allclose(out, ref, atol=1e-5)
+
+
+def test_unindexed_cuda_device_equals_the_current_one():
+    """Offload compares tensor devices with the plan's: ``cuda`` must match ``cuda:0``."""
+    import torch
+
+    from runtime.offload import same_device
+
+    assert same_device(torch.device("cpu"), torch.device("cpu"))
+    assert not same_device(torch.device("cpu"), torch.device("cuda"))
+    assert same_device(torch.device("cuda:1"), torch.device("cuda:1"))
+    assert not same_device(torch.device("cuda:1"), torch.device("cuda:0"))
+    if not torch.cuda.is_available():  # the current device is 0 when there is none
+        assert same_device(torch.device("cuda"), torch.device("cuda:0"))
