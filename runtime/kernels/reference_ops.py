@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from runtime.formats.codecs import dequantize_ternary
-from runtime.formats.model_data import T2, TernaryTensor
+from runtime.formats.model_data import T2, TernaryTensor, t3_bytes_per_group
 
 
 def ternary_weight(codes: torch.Tensor, scales: torch.Tensor, group_size: int, encoding: str = T2,
@@ -43,6 +43,35 @@ def ref_int8_activations(x: torch.Tensor) -> torch.Tensor:
     rcp = torch.where(amax > 0, 127.0 / amax.clamp_min(1e-30), torch.zeros_like(amax))
     q = torch.floor(xf * rcp + 0.5).clamp(-127, 127)
     return (q * (amax / 127.0)).reshape(x.shape)
+
+
+def ref_t3_slot_weights(k: int, g: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[KW3, 20]`` weight index (or -1 for padding) of slot ``(byte bb, digit i)`` = column ``5 bb + i``
+    of each int32 word of a t3 row, digit i being trit ``4 - i`` of its byte (as the q3 mat-vec decodes)."""
+    nbg = t3_bytes_per_group(g)
+    kw3 = (k // g) * nbg // 4
+    w = torch.arange(kw3, device=device)[:, None, None]
+    bb = torch.arange(4, device=device)[None, :, None]
+    i = torch.arange(5, device=device)[None, None, :]
+    byte = 4 * w + bb
+    j = 5 * (byte % nbg) + 4 - i
+    return torch.where(j < g, (byte // nbg) * g + j, -1).reshape(kw3, 20)
+
+
+def ref_q3_activations(x: torch.Tensor, g: int) -> torch.Tensor:
+    """x as the t3 int8-activation (q3) mat-vec sees it: per int32 code word (its <= 20 real
+    activations) ``q = floor(x / s + 0.5)`` with ``s = absmax / 127``, returned dequantized (fp32)."""
+    k = x.shape[-1]
+    slots = ref_t3_slot_weights(k, g, x.device)
+    xf = x.float().reshape(-1, k)
+    xs = torch.where(slots >= 0, xf[:, slots.clamp_min(0)], torch.zeros((), device=x.device))  # [M, KW3, 20]
+    amax = xs.abs().amax(-1, keepdim=True)
+    rcp = torch.where(amax > 0, 127.0 / amax.clamp_min(1e-30), torch.zeros_like(amax))
+    q = torch.floor(xs * rcp + 0.5).clamp(-127, 127) * (amax / 127.0)
+    out = torch.zeros_like(xf)
+    valid = slots >= 0
+    out[:, slots[valid]] = q[:, valid]
+    return out.reshape(x.shape)
 
 
 def ref_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, weight_offset: float = 0.0) -> torch.Tensor:

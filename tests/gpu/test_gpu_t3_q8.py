@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.formats.model_data import t3_bytes_per_group
 from runtime.kernels import reference_ops as ref
 from runtime.kernels import triton_linear as tlin
 
@@ -28,29 +27,6 @@ def weight(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return pack_t3(codes, G), scales
 
 
-def ref_q3_activations(x: torch.Tensor, g: int = G) -> torch.Tensor:
-    """x as the q3 mat-vec sees it: one scale (absmax / 127) per int32 code word's <= 20 activations,
-    ``q = floor(x / s + 0.5)``; dequantized, fp32 (same as tests/kernels/test_triton_t3_q8.py)."""
-    k = x.shape[-1]
-    nbg = t3_bytes_per_group(g)
-    kw3 = (k // g) * nbg // 4
-    w = torch.arange(kw3, device=x.device)[:, None, None]
-    bb = torch.arange(4, device=x.device)[None, :, None]
-    i = torch.arange(5, device=x.device)[None, None, :]
-    byte = 4 * w + bb
-    j = 5 * (byte % nbg) + 4 - i
-    slots = torch.where(j < g, (byte // nbg) * g + j, -1).reshape(kw3, 20)
-    xf = x.float().reshape(-1, k)
-    xs = torch.where(slots >= 0, xf[:, slots.clamp_min(0)], torch.zeros((), device=x.device))
-    amax = xs.abs().amax(-1, keepdim=True)
-    rcp = torch.where(amax > 0, 127.0 / amax.clamp_min(1e-30), torch.zeros_like(amax))
-    q = torch.floor(xs * rcp + 0.5).clamp(-127, 127) * (amax / 127.0)
-    out = torch.zeros_like(xf)
-    valid = slots >= 0
-    out[:, slots[valid]] = q[:, valid]
-    return out.reshape(x.shape)
-
-
 def _run(n: int, k: int, dual: bool, x: torch.Tensor, cfg: tuple | None, nw: torch.Tensor | None = None):
     codes, scales = weight(n, k, seed=n + k)
     if dual:
@@ -58,11 +34,11 @@ def _run(n: int, k: int, dual: bool, x: torch.Tensor, cfg: tuple | None, nw: tor
         y = tlin.swiglu_matvec(x, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
         h = ref.ref_rmsnorm(x, nw, 1e-6) if nw is not None else x
-        e8 = ref.ref_swiglu_matvec(ref_q3_activations(h), codes, scales, up_codes, up_scales, G, "t3")
+        e8 = ref.ref_swiglu_matvec(ref.ref_q3_activations(h, G), codes, scales, up_codes, up_scales, G, "t3")
         ex = ref.ref_swiglu_matvec(h.float(), codes, scales, up_codes, up_scales, G, "t3")
     else:
         y = tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
-        e8 = ref.ref_ternary_matmul(ref_q3_activations(x), codes, scales, G, "t3")
+        e8 = ref.ref_ternary_matmul(ref.ref_q3_activations(x, G), codes, scales, G, "t3")
         ex = ref.ref_ternary_matmul(x.float(), codes, scales, G, "t3")
     return y, e8, ex
 
@@ -95,16 +71,16 @@ def test_gpu_t3_q3_every_config(cfg: tuple) -> None:
     for m in (1, 3, 8):
         x = torch.randn(m, k, device=DEV)
         y = tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
-        assert rel(y, ref.ref_ternary_matmul(ref_q3_activations(x), codes, scales, G, "t3")) < 1e-5
+        assert rel(y, ref.ref_ternary_matmul(ref.ref_q3_activations(x, G), codes, scales, G, "t3")) < 1e-5
         assert torch.equal(y, tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg))
         xb = x.to(torch.bfloat16)
         y = tlin.swiglu_matvec(xb, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
-        e = ref.ref_swiglu_matvec(ref_q3_activations(ref.ref_rmsnorm(xb, nw, 1e-6)), codes, scales, up_codes,
+        e = ref.ref_swiglu_matvec(ref.ref_q3_activations(ref.ref_rmsnorm(xb, nw, 1e-6), G), codes, scales, up_codes,
                                   up_scales, G, "t3")
         assert rel(y, e) < 1e-2
         r = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
-        e = ref.ref_ternary_matmul(ref_q3_activations(xb), codes, scales, G, "t3", residual=r.float())
+        e = ref.ref_ternary_matmul(ref.ref_q3_activations(xb, G), codes, scales, G, "t3", residual=r.float())
         tlin.ternary_matvec(xb, codes, scales, G, "t3", out=r, residual=r, config=cfg)
         assert rel(r, e) < 1e-2
 

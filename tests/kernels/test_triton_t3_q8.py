@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from runtime.formats.codecs import pack_t3
-from runtime.formats.model_data import t3_bytes_per_group
 from runtime.kernels import reference_ops as ref
 from runtime.kernels import triton_linear as tlin
 
@@ -22,36 +21,6 @@ def make_t3(n: int, k: int, g: int, seed: int = 0) -> tuple[torch.Tensor, torch.
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
-
-
-def slot_weights(k: int, g: int) -> torch.Tensor:
-    """``[KW3, 20]`` weight index (or -1 for padding) of slot ``(byte bb, digit i)`` = column ``5 bb + i``
-    of each int32 code word, digit i being trit ``4 - i`` of its byte (as the kernel decodes)."""
-    nbg = t3_bytes_per_group(g)
-    kw3 = (k // g) * nbg // 4
-    w = torch.arange(kw3)[:, None, None]
-    bb = torch.arange(4)[None, :, None]
-    i = torch.arange(5)[None, None, :]
-    byte = 4 * w + bb
-    grp, m = byte // nbg, byte % nbg
-    j = 5 * m + 4 - i
-    return torch.where(j < g, grp * g + j, -1).reshape(kw3, 20)
-
-
-def ref_q3_activations(x: torch.Tensor, g: int) -> torch.Tensor:
-    """x as the q3 mat-vec sees it: per code word (its <= 20 real activations) ``q = floor(x / s + 0.5)``
-    with ``s = absmax / 127``, returned dequantized (fp32, original order)."""
-    k = x.shape[-1]
-    slots = slot_weights(k, g)
-    xf = x.float().reshape(-1, k)
-    xs = torch.where(slots >= 0, xf[:, slots.clamp_min(0)], torch.zeros(()))  # [M, KW3, 20]
-    amax = xs.abs().amax(-1, keepdim=True)
-    rcp = torch.where(amax > 0, 127.0 / amax.clamp_min(1e-30), torch.zeros_like(amax))
-    q = torch.floor(xs * rcp + 0.5).clamp(-127, 127) * (amax / 127.0)
-    out = torch.zeros_like(xf)
-    valid = slots >= 0
-    out[:, slots[valid]] = q[:, valid]
-    return out.reshape(x.shape)
 
 
 def test_t3_prescale_and_digits_exhaustive() -> None:
@@ -96,7 +65,7 @@ def test_t3_q3_matvec(cfg: tuple, k: int, m: int) -> None:
     codes, scales = make_t3(n, k, g, seed=k + m)
     x = torch.randn(m, k)
     x[0, :20] = 0.0  # an all-zero word: scale 0, no division by zero
-    xq = ref_q3_activations(x, g)
+    xq = ref.ref_q3_activations(x, g)
     out = torch.full((m, n), float("nan"))
     y = tlin.ternary_matvec(x, codes, scales, g, "t3", out=out, config=cfg)
     assert y is out and not torch.isnan(y).any()
@@ -119,7 +88,7 @@ def test_t3_q3_fused_rmsnorm(cfg: tuple, offset: float) -> None:
     nw = torch.randn(k) * 0.1 + (0.0 if offset else 1.0)
     y = tlin.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, g, "t3", weight_offset=offset, config=cfg)
     h = ref.ref_rmsnorm(x, nw, 1e-6, offset)
-    assert rel(y, ref.ref_ternary_matmul(ref_q3_activations(h, g), codes, scales, g, "t3")) < 1e-5
+    assert rel(y, ref.ref_ternary_matmul(ref.ref_q3_activations(h, g), codes, scales, g, "t3")) < 1e-5
     assert rel(y, ref.ref_ternary_matmul(h, codes, scales, g, "t3")) < 3e-2
 
 
@@ -138,7 +107,7 @@ def test_t3_q3_swiglu(cfg: tuple, fused: bool) -> None:
         y = tlin.swiglu_matvec(x, codes, scales, g, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
     h = ref.ref_rmsnorm(x, nw, 1e-6)
-    e = ref.ref_swiglu_matvec(ref_q3_activations(h, g), codes, scales, up_codes, up_scales, g, "t3")
+    e = ref.ref_swiglu_matvec(ref.ref_q3_activations(h, g), codes, scales, up_codes, up_scales, g, "t3")
     assert rel(y, e) < 1e-5
     assert rel(y, ref.ref_swiglu_matvec(h, codes, scales, up_codes, up_scales, g, "t3")) < 3e-2
 
