@@ -147,9 +147,8 @@ def _static_addresses(model: Any) -> tuple:
 
 
 def _kernel_scratch() -> list[torch.Tensor]:
-    """Module-level scratch buffers of the Triton linear kernels (dequantized-weight buffer,
-    split-reduction counters). They are allocated on first use and *replaced* when a larger one
-    is needed; a captured graph keeps using the buffer it was captured with, so we hold a
+    """Module-level scratch buffers of the Triton linear kernels (split-reduction counters).
+    They are allocated on first use and *replaced* when a larger one is needed; a captured graph keeps using the buffer it was captured with, so we hold a
     reference to it for as long as the graph lives (otherwise the allocator could hand its
     memory to someone else while the graph still writes there)."""
     try:
@@ -157,7 +156,7 @@ def _kernel_scratch() -> list[torch.Tensor]:
     except ImportError:
         return []
     keep: list[torch.Tensor] = []
-    for name in ("_dq_buffers", "_counters"):
+    for name in ("_counters",):
         bufs = getattr(tlin, name, None)
         if isinstance(bufs, dict):
             keep += [b for b in bufs.values() if isinstance(b, torch.Tensor)]

@@ -11,6 +11,8 @@ Optional int8 cache: per-token-per-head fp32 scales folded into scores and proba
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -107,6 +109,24 @@ def _decode_attn_kernel(
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
+def _launch_defaults(dim: int) -> tuple[int, int, int | None]:
+    """(block_s, num_warps, num_splits or None for :func:`default_num_splits`) for a head size.
+
+    Why per head size: a [64 keys x 256] K tile plus its V tile is 64 KB of registers for four
+    warps. Measured on the H200 (27B shape: 24 q / 4 KV heads x 256, 4000 keys, 32 splits,
+    ``scripts/gpu/bench_attention.py``): 64 keys x 4 warps 19.6 us, 32 x 4 19.1 us, 32 x 8 15.8 us
+    (64 splits: 31-54 us, the merge dominates). ``TERNARY_ATTN_CONFIG=block_s:warps:splits``
+    overrides it for head sizes above 128 (measurements; splits 0 = the default count).
+    """
+    if dim <= 128:
+        return 64, 4, None
+    env = os.environ.get("TERNARY_ATTN_CONFIG")
+    if env:
+        bs, warps, splits = (int(v) for v in env.split(":"))
+        return bs, warps, splits or None
+    return 32, 8, None
+
+
 def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> int:
     """About one program per SM of a 132-SM GPU (more splits make the merge the bottleneck)."""
     if INTERPRET:
@@ -118,7 +138,7 @@ def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_len: torch.Tensor,
                      sm_scale: float, *, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, num_splits: int | None = None,
-                     block_s: int | None = None) -> torch.Tensor:
+                     block_s: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``."""
     hq, dim = q.shape
     hkv, max_pos, _ = k_cache.shape
@@ -132,8 +152,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     group = hq // hkv
     block_h = max(16, triton.next_power_of_2(group))
     block_d = triton.next_power_of_2(dim)
-    block_s = block_s or (16 if INTERPRET else 64)
-    splits = num_splits or default_num_splits(hkv, max_pos, block_s)
+    d_bs, d_warps, d_splits = _launch_defaults(block_d)
+    block_s = block_s or (16 if INTERPRET else d_bs)
+    splits = num_splits or d_splits or default_num_splits(hkv, max_pos, block_s)
+    num_warps = num_warps or d_warps
     if out is None:
         out = torch.empty(hq, dim, dtype=q.dtype, device=q.device)
     if splits > 1:
@@ -148,6 +170,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
         ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), part, ml, cnt, float(sm_scale), dim, group,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, INT8=int8,
-        IEEE=q.dtype == torch.float32, num_warps=4,
+        IEEE=q.dtype == torch.float32, num_warps=num_warps,
     )
     return out

@@ -864,6 +864,58 @@ def dump_tuned() -> dict[str, object]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in _tuned.items()}
 
 
+TUNE_CACHE_ENV = "TERNARY_KERNELS_CACHE"  # folder for this machine's measured configs; "off" disables
+
+
+def tuned_cache_file(gpu_name: str, root: str | os.PathLike | None = None) -> Path:
+    """This machine's measured launch configs for one GPU model and Triton version.
+
+    Why: timing every new shape costs about a minute on a 27B's first answer; remembering the
+    winners makes every later start as fast as a GPU with a shipped file. The folder is
+    ``$TERNARY_KERNELS_CACHE``, else ``$TERNARY_CHAT_HOME/cache/kernels``, else the OS cache folder.
+    """
+    if root is None:
+        root = os.environ.get(TUNE_CACHE_ENV)
+    if root is None:
+        home = os.environ.get("TERNARY_CHAT_HOME")
+        if home:
+            root = Path(home).expanduser() / "cache" / "kernels"
+        else:
+            try:
+                import platformdirs
+
+                root = Path(platformdirs.user_cache_dir("ternary-chat", appauthor=False)) / "kernels"
+            except ImportError:  # the runtime alone (no app dependencies installed)
+                root = Path.home() / ".cache" / "ternary-chat" / "kernels"
+    slug = "".join(c if c.isalnum() or c in "-_." else "-" for c in gpu_name.lower().replace(" ", "-"))
+    return Path(root) / f"{slug}-triton{triton.__version__}.json"
+
+
+def _user_tuned_file() -> Path | None:
+    if INTERPRET or not torch.cuda.is_available() or os.environ.get(TUNE_CACHE_ENV) == "off":
+        return None
+    return tuned_cache_file(torch.cuda.get_device_name())
+
+
+def save_tuned(path: str | os.PathLike) -> None:
+    """Write every known config to ``path`` atomically (a crash never leaves half a file)."""
+    from runtime.atomic import write_json_atomic
+
+    write_json_atomic(path, dump_tuned())
+
+
+def _remember(key: str, value: tuple) -> None:
+    """Keep a freshly measured config and add it to this machine's cache file (best effort)."""
+    with _lock:
+        _tuned[key] = value
+    try:
+        f = _user_tuned_file()
+        if f is not None:
+            save_tuned(f)
+    except OSError:  # a read-only or full cache folder only costs re-tuning next time
+        pass
+
+
 def _device_tuned_file() -> Path | None:
     """Shipped launch configs for this GPU model, unless ``TERNARY_KERNELS_RETUNE=1`` asks to measure."""
     if INTERPRET or not torch.cuda.is_available() or os.environ.get("TERNARY_KERNELS_RETUNE") == "1":
@@ -884,17 +936,19 @@ def _counter_buffer(device: torch.device, n: int, owner: str = "gemv") -> torch.
     return buf
 
 
-_flush: dict[torch.device, torch.Tensor] = {}
+def _flush_bytes(dev: torch.device) -> int:
+    """Twice the L2 (16..96 MiB): enough writes to evict whatever the timed kernel left there."""
+    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 48 << 20) or (48 << 20)
+    return max(16 << 20, min(96 << 20, 2 * l2))
 
 
 def _bench(fn) -> float:
     """ms per call of ``fn`` with a cold L2, without Python launch cost: CUDA graphs of
-    (flush, fn) x R minus flush x R. Plain do_bench would time the ~10 us Triton launch."""
+    (flush, fn) x R minus flush x R. Plain do_bench would time the ~10 us Triton launch.
+    The flush buffer lives only for the measurement, so tuning leaves no VRAM behind."""
     dev = torch.device("cuda", torch.cuda.current_device())
-    buf = _flush.get(dev)
-    if buf is None:
-        with torch.inference_mode(False):  # tuned inside inference_mode, zeroed outside it later
-            buf = _flush[dev] = torch.empty(96 << 20, dtype=torch.uint8, device=dev)
+    with torch.inference_mode(False):  # tuned inside inference_mode, zeroed inside the graphs
+        buf = torch.empty(_flush_bytes(dev), dtype=torch.uint8, device=dev)
     fn()
     torch.cuda.synchronize()
     reps = 8
@@ -1132,8 +1186,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
             continue
         if t < best_t:
             best, best_t = cfg, t
-    with _lock:
-        _tuned[key] = best
+    _remember(key, best)
     return best
 
 
@@ -1211,19 +1264,16 @@ def ternary_dequantize(codes: torch.Tensor, scales: torch.Tensor, group_size: in
     return out
 
 
-_dq_buffers: dict[tuple, torch.Tensor] = {}
-DEQUANT_BUFFER_ELEMS = 32 << 20  # 64 MB of bf16: matrices larger than this are done in row chunks
+DEQUANT_BUFFER_ELEMS = 16 << 20  # 32 MB of bf16: larger matrices are done in row chunks (cuBLAS stays efficient)
 
 
 def _dequant_matmul(x2, codes, scales, group_size, encoding, y2, r2) -> None:
+    """Dequantize row chunks of W into a scratch buffer and multiply with cuBLAS. The scratch comes
+    from the caching allocator per call (not kept), so no VRAM stays reserved for prefill."""
     n, groups = scales.shape
     k = groups * group_size
-    key = (x2.device, x2.dtype)
     rows = max(1, min(n, DEQUANT_BUFFER_ELEMS // k))
-    buf = _dq_buffers.get(key)
-    if buf is None or buf.numel() < rows * k:
-        buf = torch.empty(rows * k, dtype=x2.dtype, device=x2.device)
-        _dq_buffers[key] = buf
+    buf = torch.empty(rows * k, dtype=x2.dtype, device=x2.device)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
         wb = buf[: (r1 - r0) * k].view(r1 - r0, k)
@@ -1266,8 +1316,7 @@ def _prefill_choice(x2, codes, scales, group_size, encoding, y2, r2) -> tuple:
             continue
         if t < best_t:
             best, best_t = ("mm", cfg), t
-    with _lock:
-        _tuned[key] = (best[0], list(best[1]) if best[1] else None)
+    _remember(key, (best[0], list(best[1]) if best[1] else None))
     return best
 
 
@@ -1318,9 +1367,16 @@ class TritonLinear(linear.LinearWeight):
 def _register() -> None:
     if INTERPRET or torch.cuda.is_available():
         linear.BACKENDS.setdefault("triton", TritonLinear)
-    f = _device_tuned_file()
-    if f is not None:
-        load_tuned(f)
+    try:
+        files = [_device_tuned_file(), _user_tuned_file()]  # shipped configs win over this machine's quick ones
+    except Exception:  # noqa: BLE001 - no cache location: kernels still work, they only re-tune
+        files = [_device_tuned_file()]
+    for f in files:
+        if f is not None and f.exists():
+            try:
+                load_tuned(f)
+            except (OSError, ValueError):  # a damaged cache file is ignored and rewritten by the next tuning
+                pass
 
 
 _register()

@@ -282,7 +282,8 @@ def test_model_built_with_an_offload_placement_gives_the_same_logits(tiny_pair, 
     from runtime.planner import ModelSizes, plan_memory
 
     data = tiny_pair[1]  # untied: the embedding leaves the GPU first, then layers
-    kw = dict(ctx_cap=256, min_margin_bytes=0, margin_fraction=0.0, prefill_chunk=16, offload_mode=mode)
+    kw = dict(ctx_cap=256, min_margin_bytes=0, margin_fraction=0.0, prefill_chunk=16, offload_mode=mode,
+              host_embedding=False)
     full = plan_memory(data, 2**40, **kw)
     sizes = ModelSizes.from_model_data(data)
     plan = plan_memory(data, full.predicted.total - sizes.embedding_bytes - 1, **kw)

@@ -14,6 +14,7 @@ from runtime.planner import (
     DEFAULT_CUDA_CONTEXT_BYTES,
     ModelSizes,
     OffloadCosts,
+    fallback_plan,
     kv_bytes_per_token,
     plan_memory,
     recurrent_state_bytes_per_layer,
@@ -119,11 +120,31 @@ def test_context_cap_and_model_max():
 def test_embedding_goes_first_for_untied_models():
     cfg = SYNTHETIC_CONFIGS["bonsai-8b"]
     s = ModelSizes.from_config(cfg)
-    full = plan_memory(cfg, 80 * GiB, ctx_cap=4096).predicted.total
+    full = plan_memory(cfg, 80 * GiB, ctx_cap=4096, host_embedding=False)
+    assert full.embedding_device == "gpu"
     # a budget just below "everything on the GPU" but above "everything but the embedding"
-    budget = full - s.embedding_bytes // 2
-    p = plan_memory(cfg, budget, ctx_cap=4096, margin_fraction=0.0, min_margin_bytes=0)
+    budget = full.predicted.total - s.embedding_bytes // 2
+    p = plan_memory(cfg, budget, ctx_cap=4096, margin_fraction=0.0, min_margin_bytes=0, host_embedding=False)
     assert p.embedding_device == "cpu" and p.layers_on_cpu == 0
+
+
+def test_untied_embedding_lives_on_the_host_by_default_on_a_gpu():
+    cfg = SYNTHETIC_CONFIGS["bonsai-27b-ptq1"]
+    s = ModelSizes.from_config(cfg)
+    on_host = plan_memory(cfg, 80 * GiB, ctx_cap=4096)
+    on_gpu = plan_memory(cfg, 80 * GiB, ctx_cap=4096, host_embedding=False)
+    assert on_host.embedding_device == "cpu" and on_host.layers_on_cpu == 0 and on_host.offload_mode == "none"
+    assert on_host.lm_head_device == "gpu" and on_gpu.embedding_device == "gpu"
+    assert on_gpu.predicted.weights - on_host.predicted.weights == s.embedding_bytes
+    assert on_host.host_bytes == s.embedding_bytes
+    assert any("pinned host memory" in r for r in on_host.reasons)
+    # a card we cannot see is assumed to run the kernels that read host memory
+    assert plan_memory(cfg, 8 * GiB, device="hypothetical", ctx_cap=4096).embedding_device == "cpu"
+    # a tied table is the LM head (read in full every token): it stays on the GPU
+    tied = SYNTHETIC_CONFIGS["bonsai-1.7b"]
+    assert tied.tie_word_embeddings and plan_memory(tied, 80 * GiB).embedding_device == "gpu"
+    # an out-of-memory fallback keeps the table where it was
+    assert fallback_plan(cfg, on_host).embedding_device == "cpu"
 
 
 def test_offload_mode_follows_costs():

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One device call (stages in $STAGES): GPU tests ($TESTS), decode-attention configs at the 27B's head_dim 256, and the 27B
+# (ptq1 and t2) through the engine with every mat-vec candidate timed (TERNARY_KERNELS_TUNE=full; the
+# winners land in $OUT/kfull/*.json for runtime/kernels/tuned). Usage: DEADLINE=540 bash scripts/gpu/call_27b_tune.sh
+set -uo pipefail
+OUT=${OUT:-/tmp/call27b}; mkdir -p "$OUT"
+DEADLINE=${DEADLINE:-540}
+T0=$(date +%s)
+left() { echo $(( DEADLINE - ($(date +%s) - T0) )); }
+stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
+  && export PYTHONPATH=/tmp/site:$PWD
+for st in ${STAGES:-tests attn tune}; do
+  L=$(left); [ "$L" -lt 40 ] && { echo "skip $st (no time)"; continue; }
+  case $st in
+    tests) timeout $(( L < ${TESTS_S:-150} ? L : ${TESTS_S:-150} )) python3 -m pytest -q -p no:cacheprovider -rf --tb=short \
+             ${TESTS:-tests/engine/test_engine_gpu.py tests/hybrid/test_hybrid_gpu.py} > "$OUT/gpu_tests.log" 2>&1; rc=$?
+           stamp "tests rc=$rc"; tail -15 "$OUT/gpu_tests.log" | cut -c1-300 ;;
+    attn)  timeout 120 python3 scripts/gpu/bench_attention.py --out "$OUT" > "$OUT/attn.log" 2>&1; rc=$?
+           stamp "attn rc=$rc"; cut -c1-300 "$OUT/attn.log" | tail -24
+           # the fastest config at 4000 keys for the stages below, when it beats the shipped default by > 3 %
+           PICK=$(python3 -c "
+import json
+rows = [json.loads(l) for l in open('$OUT/attn.log') if l.startswith('{\"shape')]
+rows = [r for r in rows if r.get('len') == 4000 and 'us' in r and r['rel_err'] < 0.02]
+dflt = [r for r in rows if (r['block_s'], r['warps'], r['splits']) == (32, 4, 32)]
+best = min(rows, key=lambda r: r['us']) if rows else None
+if best and dflt and best['us'] < 0.97 * dflt[0]['us']:
+    print(f\"{best['block_s']}:{best['warps']}:{best['splits']}\")" 2>/dev/null)
+           [ -n "$PICK" ] && export TERNARY_ATTN_CONFIG=$PICK; stamp "attention config: ${PICK:-default}" ;;
+    tune)  for m in bonsai-27b-ptq1 bonsai-27b; do
+             L=$(left); [ "$L" -lt 60 ] && continue
+             TERNARY_KERNELS_TUNE=full TERNARY_KERNELS_RETUNE=1 TERNARY_KERNELS_CACHE=$OUT/kfull \
+               timeout $(( L - 5 )) python3 scripts/gpu/engine_27b.py --out "$OUT/$m" --model $m --configs full \
+               --gen 64 > "$OUT/engine_$m.log" 2>&1; rc=$?
+             stamp "engine $m rc=$rc"; grep '^{' "$OUT/engine_$m.log" | python3 -c "
+import sys, json
+for l in sys.stdin:
+    r = json.loads(l); r.pop('tokens', None); print(r)"; grep -v '^{' "$OUT/engine_$m.log" | tail -5 | cut -c1-300
+           done ;;
+    engine) for m in ${MODELS:-bonsai-27b-ptq1 bonsai-27b}; do
+             L=$(left); [ "$L" -lt 50 ] && continue
+             C=$([ $m = bonsai-27b-ptq1 ] && echo "${CONFIGS_PTQ1:-full,gpuemb,6GiB}" || echo "${CONFIGS_T2:-full,gpuemb}")
+             TERNARY_KERNELS_CACHE=$OUT/kcache timeout $(( L - 5 )) python3 scripts/gpu/engine_27b.py --out "$OUT/e_$m" \
+               --model $m --configs $C --gen 64 > "$OUT/e_$m.log" 2>&1; rc=$?
+             stamp "engine $m rc=$rc"; grep '^{' "$OUT/e_$m.log" | python3 -c "
+import sys, json
+for l in sys.stdin:
+    r = json.loads(l); r.pop('tokens', None); print(r)"; grep -v '^{' "$OUT/e_$m.log" | tail -5 | cut -c1-300
+           done ;;
+  esac
+done

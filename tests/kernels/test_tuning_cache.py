@@ -1,0 +1,48 @@
+"""The per-machine cache of measured launch configs: where it lives, and that it round-trips."""
+
+from __future__ import annotations
+
+import json
+
+import triton
+
+from runtime.kernels import triton_linear as tlin
+
+
+def test_cache_file_is_per_gpu_model_and_triton_version(tmp_path, monkeypatch):
+    monkeypatch.delenv(tlin.TUNE_CACHE_ENV, raising=False)
+    monkeypatch.setenv("TERNARY_CHAT_HOME", str(tmp_path / "home"))
+    f = tlin.tuned_cache_file("NVIDIA GeForce RTX 4060 Laptop GPU")
+    assert f == tmp_path / "home" / "cache" / "kernels" / f"nvidia-geforce-rtx-4060-laptop-gpu-triton{triton.__version__}.json"
+    monkeypatch.setenv(tlin.TUNE_CACHE_ENV, str(tmp_path / "k"))
+    assert tlin.tuned_cache_file("A/B C").parent == tmp_path / "k"
+    assert "/" not in tlin.tuned_cache_file("A/B C").name
+
+
+def test_a_measured_config_is_written_and_read_back(tmp_path, monkeypatch):
+    f = tmp_path / "cache" / "gpu.json"
+    monkeypatch.setattr(tlin, "_user_tuned_file", lambda: f)
+    key, other = "gemv|test-only|1", "prefill|test-only|2"
+    try:
+        tlin._remember(key, ("q8", 2, 4096, 1, 2))
+        tlin._remember(other, ("dequant", None))
+        stored = json.loads(f.read_text())
+        assert stored[key] == ["q8", 2, 4096, 1, 2] and stored[other] == ["dequant", None]
+        assert not list(f.parent.glob("*.tmp*"))  # written atomically, no temp file left
+        del tlin._tuned[key], tlin._tuned[other]
+        assert tlin.load_tuned(f) >= 2
+        assert tlin._tuned[key] == ("q8", 2, 4096, 1, 2) and tlin._tuned[other] == ("dequant", None)
+    finally:
+        tlin._tuned.pop(key, None)
+        tlin._tuned.pop(other, None)
+
+
+def test_an_unwritable_cache_only_costs_retuning(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(tlin, "_user_tuned_file", lambda: blocker / "gpu.json")
+    try:
+        tlin._remember("gemv|test-only|3", ("q8", 8, 1024, 1, 4))  # must not raise
+        assert tlin._tuned["gemv|test-only|3"] == ("q8", 8, 1024, 1, 4)
+    finally:
+        tlin._tuned.pop("gemv|test-only|3", None)
