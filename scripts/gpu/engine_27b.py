@@ -44,11 +44,30 @@ def parse_bytes(s: str) -> int:
     return int(s)
 
 
+def synthetic_on_host(name: str):
+    """A synthetic 27B generated on the GPU (fast), then moved to host memory, so that what the
+    engine later puts on the GPU is its own doing (``ModelData`` as a loader would return it)."""
+    from runtime.formats.model_data import ModelData
+    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+
+    md = qwen35_synthetic_model(name, seed=0, group_size=128, device="cuda")
+
+    def host(t):  # TernaryTensor (codes/scales) or DenseTensor (data)
+        fields = {f: getattr(t, f).to("cpu") for f in ("codes", "scales", "data")
+                  if isinstance(getattr(t, f, None), torch.Tensor)}
+        return dataclasses.replace(t, **fields)
+
+    md = ModelData(config=md.config, tensors={k: host(v) for k, v in md.tensors.items()},
+                   tokenizer=md.tokenizer, generation_defaults=md.generation_defaults, provenance=md.provenance,
+                   name=md.name)
+    gc.collect()
+    torch.cuda.empty_cache()
+    return md
+
+
 def main() -> int:
     from runtime.engine import CancelToken, Engine
-    from runtime.formats.model_data import ModelData
     from runtime.generation import GenerationSettings
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/engine27b")
@@ -66,17 +85,7 @@ def main() -> int:
         engine_mod.PREFILL_CHUNK = a.prefill_chunk
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    md = qwen35_synthetic_model(a.model, seed=0, group_size=128, device="cuda")
-    def host(t):  # TernaryTensor (codes/scales) or DenseTensor (data)
-        fields = {f: getattr(t, f).to("cpu") for f in ("codes", "scales", "data")
-                  if isinstance(getattr(t, f, None), torch.Tensor)}
-        return dataclasses.replace(t, **fields)
-
-    md = ModelData(config=md.config, tensors={k: host(v) for k, v in md.tensors.items()},
-                   tokenizer=md.tokenizer, generation_defaults=md.generation_defaults, provenance=md.provenance,
-                   name=md.name)
-    gc.collect()
-    torch.cuda.empty_cache()
+    md = synthetic_on_host(a.model)
     log("synthetic model generated and moved to host memory")
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(1000, md.config.vocab_size - 1000, (a.prompt_tokens,), generator=g).tolist()

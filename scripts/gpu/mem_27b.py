@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
-import gc
 import json
 import sys
 import time
@@ -61,10 +59,10 @@ def peak_breakdown(trace: list[dict], base: int) -> tuple[int, int, list[tuple[s
 
 
 def main() -> int:
+    from engine_27b import synthetic_on_host  # same folder
+
     from runtime.engine import CancelToken, Engine
-    from runtime.formats.model_data import ModelData
     from runtime.generation import GenerationSettings
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/mem27b")
@@ -76,18 +74,7 @@ def main() -> int:
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    md = qwen35_synthetic_model(a.model, seed=0, group_size=128, device="cuda")
-
-    def host(t):
-        fields = {f: getattr(t, f).to("cpu") for f in ("codes", "scales", "data")
-                  if isinstance(getattr(t, f, None), torch.Tensor)}
-        return dataclasses.replace(t, **fields)
-
-    md = ModelData(config=md.config, tensors={k: host(v) for k, v in md.tensors.items()},
-                   tokenizer=md.tokenizer, generation_defaults=md.generation_defaults, provenance=md.provenance,
-                   name=md.name)
-    gc.collect()
-    torch.cuda.empty_cache()
+    md = synthetic_on_host(a.model)
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
