@@ -109,6 +109,17 @@ def _decode_attn_kernel(
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
+def _wide_head_config() -> tuple[int, int, int | None]:
+    env = os.environ.get("TERNARY_ATTN_CONFIG")  # read once at import: decode_attention runs per layer
+    if env:
+        bs, warps, splits = (int(v) for v in env.split(":"))
+        return bs, warps, splits or None
+    return 32, 8, None
+
+
+_WIDE_HEAD_CONFIG = _wide_head_config()
+
+
 def _launch_defaults(dim: int) -> tuple[int, int, int | None]:
     """(block_s, num_warps, num_splits or None for :func:`default_num_splits`) for a head size.
 
@@ -120,11 +131,7 @@ def _launch_defaults(dim: int) -> tuple[int, int, int | None]:
     """
     if dim <= 128:
         return 64, 4, None
-    env = os.environ.get("TERNARY_ATTN_CONFIG")
-    if env:
-        bs, warps, splits = (int(v) for v in env.split(":"))
-        return bs, warps, splits or None
-    return 32, 8, None
+    return _WIDE_HEAD_CONFIG
 
 
 def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> int:

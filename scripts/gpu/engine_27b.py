@@ -36,14 +36,6 @@ def log(msg: str) -> None:
     print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
 
-def parse_bytes(s: str) -> int:
-    units = {"GiB": 1 << 30, "MiB": 1 << 20, "GB": 10 ** 9}
-    for u, f in units.items():
-        if s.endswith(u):
-            return int(float(s[: -len(u)]) * f)
-    return int(s)
-
-
 def synthetic_on_host(name: str):
     """A synthetic 27B generated on the GPU (fast), then moved to host memory, so that what the
     engine later puts on the GPU is its own doing (``ModelData`` as a loader would return it)."""
@@ -66,6 +58,7 @@ def synthetic_on_host(name: str):
 
 
 def main() -> int:
+    from runtime.devices import parse_bytes
     from runtime.engine import CancelToken, Engine
     from runtime.generation import GenerationSettings
 

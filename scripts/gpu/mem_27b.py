@@ -61,6 +61,7 @@ def peak_breakdown(trace: list[dict], base: int) -> tuple[int, int, list[tuple[s
 def main() -> int:
     from engine_27b import synthetic_on_host  # same folder
 
+    from runtime.devices import parse_bytes
     from runtime.engine import CancelToken, Engine
     from runtime.generation import GenerationSettings
 
@@ -78,9 +79,7 @@ def main() -> int:
     base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
-    cap = None
-    if a.max_vram:
-        cap = int(float(a.max_vram[:-3]) * (1 << 30)) if a.max_vram.endswith("GiB") else int(a.max_vram)
+    cap = parse_bytes(a.max_vram) if a.max_vram else None
     t = time.perf_counter()
     eng = Engine.load(md, device="cuda", context_length=a.ctx, max_vram_bytes=cap)
     load_s = time.perf_counter() - t
