@@ -37,6 +37,9 @@ from runtime.gpu_decode import GraphDecoder, StepFn, graph_safe_embedding
 try:
     import triton
     import triton.language as tl
+
+    from runtime.kernels import pdl
+    from runtime.kernels.pdl import gdc_wait
 except ImportError:  # CPU-only install: the step is simply not available
     triton = None  # type: ignore[assignment]
 
@@ -71,12 +74,13 @@ if triton is not None:
                            nw_ptr, o_ptr, cnt_ptr, HID, eps, q_scale,
                            H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                            BK: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr, BDVS: tl.constexpr,
-                           NSPLIT: tl.constexpr, BH: tl.constexpr, AB_DOT: tl.constexpr):
+                           NSPLIT: tl.constexpr, BH: tl.constexpr, AB_DOT: tl.constexpr, USE_GDC: tl.constexpr):
         """Program (hv, j): value head hv, value columns [j*BDVS, (j+1)*BDVS). Every program
         computes the (cheap) gates and l2 norms itself; the gated RMSNorm needs all DV columns of
         o, so with NSPLIT > 1 each program writes its pre-norm o block (in the model dtype, which
         is what the norm reads anyway) and the last program of the head to arrive (arrival
         counter, reset by that program) normalises the whole row."""
+        gdc_wait(USE_GDC)
         hv = tl.program_id(0)
         j = tl.program_id(1)
         kh = hv // (HV // H)  # HF grouped order: value head hv reads key head hv // (HV / H)
@@ -211,6 +215,7 @@ def gdn_decode(mixed: torch.Tensor, z: torch.Tensor, state: torch.Tensor, A: tor
         mixed, z, a_arg, b_arg, xs, wa, wb, A, dt_bias, state, norm_weight, out, cnt, hid, float(eps), dk ** -0.5,
         H=key_heads, HV=hv, DK=dk, DV=dv, BK=min(bdk, max(32, 4096 // bdvs)), BDK=bdk, BDV=bdv, BDVS=bdvs,
         NSPLIT=nsplit, BH=min(1024, triton.next_power_of_2(hid)), AB_DOT=ab_dot, num_warps=4,
+        **pdl.launch_options(mixed.device),
     )
     return out
 

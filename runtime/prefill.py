@@ -129,8 +129,14 @@ def graph_unsupported_reason(model: Any) -> str | None:
     dev = torch.device(model.device)
     if dev.type != "cuda":
         return "prefill graphs need a CUDA device"
+    from runtime.offload import MappedHostEmbedding
+
     index = dev.index if dev.index is not None else torch.cuda.current_device()  # "cuda" means this one
+    # a pinned host table the GPU gathers from itself (zero-copy) is as graph-safe as a device buffer
+    mapped = {id(t) for m in model.modules() if isinstance(m, MappedHostEmbedding) for t in m.buffers()}
     for name, t in list(model.named_buffers()) + list(model.named_parameters()):
+        if id(t) in mapped:
+            continue
         if t.device.type != "cuda" or t.device.index != index:
             return f"{name} lives on {t.device}, not cuda:{index}"
     return None

@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from runtime.kernels import pdl
+from runtime.kernels.pdl import gdc_wait
 from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
 
 
@@ -25,8 +27,9 @@ def _decode_attn_kernel(
     q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
     o_ptr, so_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    INT8: tl.constexpr, IEEE: tl.constexpr,
+    MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, USE_GDC: tl.constexpr,
 ):
+    gdc_wait(USE_GDC)
     hk = tl.program_id(0)
     sp = tl.program_id(1)
     L = tl.load(len_ptr).to(tl.int32)
@@ -37,8 +40,9 @@ def _decode_attn_kernel(
     qh = hk * GROUP + hs
     q = tl.load(q_ptr + qh[:, None] * sq_h + d[None, :], mask=hmask[:, None] & dmask[None, :], other=0.0)
     cdt = q.dtype
-    # this program's share of the live length, in whole BLOCK_S tiles
-    per = tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S
+    # this program's share of the live length, in whole BLOCK_S tiles and at least MIN_PER keys (a short
+    # context then uses fewer splits: less to merge, and the programs past the end return at once)
+    per = tl.maximum(tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S, MIN_PER)
     s_begin = sp * per
     s_end = tl.minimum(s_begin + per, L)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
@@ -109,28 +113,31 @@ def _decode_attn_kernel(
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
-def _wide_head_config() -> tuple[int, int, int | None]:
+def _env_config(default: tuple[int, int, int | None, int]) -> tuple[int, int, int | None, int]:
     env = os.environ.get("TERNARY_ATTN_CONFIG")  # read once at import: decode_attention runs per layer
     if env:
-        bs, warps, splits = (int(v) for v in env.split(":"))
-        return bs, warps, splits or None
-    return 32, 8, None
+        v = [int(x) for x in env.split(":")]
+        return v[0], v[1], v[2] or None, v[3] if len(v) > 3 else default[3]
+    return default
 
 
-_WIDE_HEAD_CONFIG = _wide_head_config()
+MIN_SPLIT_KEYS = int(os.environ.get("TERNARY_ATTN_MIN_SPLIT", "0"))
+_WIDE_HEAD_CONFIG = _env_config((32, 8, None, MIN_SPLIT_KEYS))
 
 
-def _launch_defaults(dim: int) -> tuple[int, int, int | None]:
-    """(block_s, num_warps, num_splits or None for :func:`default_num_splits`) for a head size.
+def _launch_defaults(dim: int) -> tuple[int, int, int | None, int]:
+    """(block_s, num_warps, num_splits or None for :func:`default_num_splits`, min keys per split)
+    for a head size.
 
     Why per head size: a [64 keys x 256] K tile plus its V tile is 64 KB of registers for four
     warps. Measured on the H200 (27B shape: 24 q / 4 KV heads x 256, 4000 keys, 32 splits,
     ``scripts/gpu/bench_attention.py``): 64 keys x 4 warps 19.6 us, 32 x 4 19.1 us, 32 x 8 15.8 us
-    (64 splits: 31-54 us, the merge dominates). ``TERNARY_ATTN_CONFIG=block_s:warps:splits``
-    overrides it for head sizes above 128 (measurements; splits 0 = the default count).
+    (64 splits: 31-54 us, the merge dominates). ``TERNARY_ATTN_CONFIG=block_s:warps:splits[:min_keys]``
+    overrides it for head sizes above 128 (measurements; splits 0 = the default count);
+    ``TERNARY_ATTN_MIN_SPLIT`` sets the minimum keys per split for every head size.
     """
     if dim <= 128:
-        return 64, 4, None
+        return 64, 4, None, MIN_SPLIT_KEYS
     return _WIDE_HEAD_CONFIG
 
 
@@ -145,8 +152,12 @@ def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq_len: torch.Tensor,
                      sm_scale: float, *, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, num_splits: int | None = None,
-                     block_s: int | None = None, num_warps: int | None = None) -> torch.Tensor:
-    """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``."""
+                     block_s: int | None = None, num_warps: int | None = None,
+                     min_split_keys: int | None = None) -> torch.Tensor:
+    """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``.
+
+    ``min_split_keys``: each split program takes at least this many keys (rounded up to whole
+    tiles), so short contexts use fewer of the ``num_splits`` programs."""
     hq, dim = q.shape
     hkv, max_pos, _ = k_cache.shape
     if hq % hkv or k_cache.shape[2] != dim or v_cache.shape != k_cache.shape or k_cache.stride() != v_cache.stride():
@@ -159,10 +170,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     group = hq // hkv
     block_h = max(16, triton.next_power_of_2(group))
     block_d = triton.next_power_of_2(dim)
-    d_bs, d_warps, d_splits = _launch_defaults(block_d)
+    d_bs, d_warps, d_splits, d_min = _launch_defaults(block_d)
     block_s = block_s or (16 if INTERPRET else d_bs)
     splits = num_splits or d_splits or default_num_splits(hkv, max_pos, block_s)
     num_warps = num_warps or d_warps
+    min_keys = d_min if min_split_keys is None else min_split_keys
+    min_per = triton.cdiv(max(min_keys, 1), block_s) * block_s
     if out is None:
         out = torch.empty(hq, dim, dtype=q.dtype, device=q.device)
     if splits > 1:
@@ -176,7 +189,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _decode_attn_kernel[(hkv, splits)](
         q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
         ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), part, ml, cnt, float(sm_scale), dim, group,
-        NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, INT8=int8,
-        IEEE=q.dtype == torch.float32, num_warps=num_warps,
+        NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
+        IEEE=q.dtype == torch.float32, num_warps=num_warps, **pdl.launch_options(q.device),
     )
     return out

@@ -14,12 +14,15 @@ import triton
 import triton.language as tl
 
 from runtime.formats.model_data import T2, T3, t3_bytes_per_group
+from runtime.kernels import pdl
+from runtime.kernels.pdl import gdc_wait
 
 
 @triton.jit
 def _gather_rows_kernel(ids_ptr, codes_ptr, scales_ptr, out_ptr, COLS, ROW_BYTES, NGROUPS,
                         G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr, DENSE: tl.constexpr,
-                        BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
+    gdc_wait(USE_GDC)
     t = tl.program_id(0)
     row = tl.load(ids_ptr + t).to(tl.int64)
     k = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -62,7 +65,7 @@ def gather_rows(ids: torch.Tensor, out_dtype: torch.dtype, *, codes: torch.Tenso
     block = 1024
     _gather_rows_kernel[(n, triton.cdiv(cols, block))](
         ids, src, sc, out, cols, row_bytes, ngroups, G=g, T3=encoding == T3, NBG=nbg,
-        DENSE=dense is not None, BLOCK=block)
+        DENSE=dense is not None, BLOCK=block, **pdl.launch_options(ids.device))
     return out
 
 

@@ -38,7 +38,8 @@ import triton
 import triton.language as tl
 
 from runtime.formats.model_data import T2, T3, TernaryTensor, t3_bytes_per_group
-from runtime.kernels import linear
+from runtime.kernels import linear, pdl
+from runtime.kernels.pdl import gdc_wait
 
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 MATVEC_MAX_M = 8  # rows of x up to which the mat-vec kernel is used
@@ -326,13 +327,15 @@ def _dp4a(a, b, c, USE_ASM: tl.constexpr):
 
 @triton.jit
 def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BLOCK_W: tl.constexpr,
-                    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr):
+                    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr,
+                    USE_GDC: tl.constexpr):
     """One x row (RMS-normalised when asked) to int8, one fp32 scale per 16 values (one weight word).
 
     Output row of ``6 * K/16`` int32: rows 0..3 ``q[j, w]`` pack the bytes ``x[16w + 4b + j]``
     (b = 0..3) — exactly the weights that ``(word >> 2j) & 0x03030303`` exposes, so one ``dp4a``
     multiplies 4 codes by their 4 activations; row 4 the fp32 scale (bit pattern) of word w; row 5
     the sum of word w's 16 int8 values (codes are t + 1: ``sum (c - 1) q = sum c q - sum q``)."""
+    gdc_wait(USE_GDC)
     row = tl.program_id(0)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * 6 * KW
@@ -363,6 +366,34 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
 
 
 @triton.jit
+def _first_tile(w_ptr, w2_ptr, offs_n, n_mask, wb0, wb1, KW, BLOCK_W: tl.constexpr, DUAL: tl.constexpr):
+    """A program's first [BLOCK_N, BLOCK_W] tile of int32 weight words (both matrices when DUAL),
+    loaded before the PDL wait: weights are never written during a step, so this may overlap the
+    previous kernel's tail."""
+    wk = wb0 * BLOCK_W + tl.arange(0, BLOCK_W)
+    m = n_mask[:, None] & ((wk < KW) & (wb0 < wb1))[None, :]
+    idx = offs_n[:, None] * KW + wk[None, :]
+    first = tl.load(w_ptr + idx, mask=m, other=0, eviction_policy="evict_first")
+    first2 = first
+    if DUAL:
+        first2 = tl.load(w2_ptr + idx, mask=m, other=0, eviction_policy="evict_first")
+    return first, first2
+
+
+@triton.jit
+def _next_tile(w_ptr, w2_ptr, widx, wmask, wb, wb0, first, first2, DUAL: tl.constexpr):
+    """This iteration's weight tile: the preloaded one on the first iteration (the load is masked
+    off then, so it moves no bytes), a fresh load afterwards."""
+    is_first = wb == wb0
+    m = wmask & (wb != wb0)
+    words = tl.where(is_first, first, tl.load(w_ptr + widx, mask=m, other=0, eviction_policy="evict_first"))
+    words2 = words
+    if DUAL:
+        words2 = tl.where(is_first, first2, tl.load(w2_ptr + widx, mask=m, other=0, eviction_policy="evict_first"))
+    return words, words2
+
+
+@triton.jit
 def _gemv_q8_kernel(
     q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
@@ -370,12 +401,14 @@ def _gemv_q8_kernel(
     M, N, KW, NG,
     WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT_K: tl.constexpr,
     DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
     """Mat-vec on int8 activations (W2A8, as llama.cpp's MMVQ and BitNet's GPU kernel): per int32
     weight word, four ``(w >> 2j) & 0x03030303`` + ``dp4a`` give the exact integer dot of 16 codes
     with 16 int8 activations — ~1 instruction per weight instead of ~3.6 for the fp32 decode —
     then one convert and two multiplies (activation scale, weight group scale) per word.
-    ``q_ptr`` holds ``_quant_x_kernel``'s rows; WPG = words per scale group (G / 16)."""
+    ``q_ptr`` holds ``_quant_x_kernel``'s rows; WPG = words per scale group (G / 16).
+    With PDL (``USE_GDC``) the first weight tile is loaded before waiting for the kernel that wrote x."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     pid_k = tl.program_id(2)
@@ -390,6 +423,9 @@ def _gemv_q8_kernel(
     acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     n_groups = NG
     kw_total = KW
+    if USE_GDC:
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n, n_mask, wb0, wb1, kw_total, BLOCK_W, DUAL)
+    gdc_wait(USE_GDC)
     for wb in range(wb0, wb1):
         wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
         if EVEN_K:
@@ -398,9 +434,12 @@ def _gemv_q8_kernel(
             km = wk < kw_total
         wmask = n_mask[:, None] & km[None, :]
         widx = offs_n[:, None] * kw_total + wk[None, :]
-        words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
-        if DUAL:
-            words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        if USE_GDC:
+            words, words2 = _next_tile(w_ptr, w2_ptr, widx, wmask, wb, wb0, first, first2, DUAL)
+        else:
+            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
+                words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
         xs = tl.load(q_row + 4 * kw_total + wk, mask=km, other=0).to(tl.float32, bitcast=True)
         xsum = tl.load(q_row + 5 * kw_total + wk, mask=km, other=0)
         dot = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
@@ -475,7 +514,7 @@ def _q3_slot_x(x_row, nw_ptr, w, bb, i, KW3, K, inv, norm_offset, G: tl.constexp
 @triton.jit
 def _quant_x3_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW3, eps, norm_offset, G: tl.constexpr,
                      NBG: tl.constexpr, BLOCK_W: tl.constexpr, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr,
-                     NORM_BLOCK: tl.constexpr):
+                     NORM_BLOCK: tl.constexpr, USE_GDC: tl.constexpr):
     """One x row (RMS-normalised when asked) to int8 in the order a t3 int32 weight word (4 bytes,
     20 trit slots) is decoded, one fp32 scale per word. Output row of ``13 * KW3`` int32 planes:
     ``5 p + i`` (p = 0: bytes 0,1; p = 1: bytes 2,3; i = digit, most significant first) the pair
@@ -483,6 +522,7 @@ def _quant_x3_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW3, eps, norm_offset, 
     digits; plane 10 the scale bits (absmax / 127 over the word's real activations); 11 + p the sum
     of pair p's ten int8 values (codes are t + 1: ``sum t q = sum c q - sum q``). Padding slots
     (trits past G in a group's last byte) get x = 0."""
+    gdc_wait(USE_GDC)
     row = tl.program_id(0)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * 13 * KW3
@@ -524,6 +564,7 @@ def _gemv_q3_kernel(
     M, N, NG, KW3: tl.constexpr,
     NBG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT_K: tl.constexpr,
     DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+    USE_GDC: tl.constexpr,
 ):
     """Mat-vec of t3 (base-3, 5 trits per byte) weights on int8 activations, reading the stored
     bytes as int32 words (4 bytes = 20 trit slots; NBG even, so bytes 0,1 and bytes 2,3 each lie in
@@ -548,6 +589,9 @@ def _gemv_q3_kernel(
     acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     n_groups = NG
     kw_total = KW3
+    if USE_GDC:
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n, n_mask, wb0, wb1, kw_total, BLOCK_W, DUAL)
+    gdc_wait(USE_GDC)
     for wb in range(wb0, wb1):
         wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
         if EVEN_K:
@@ -556,11 +600,17 @@ def _gemv_q3_kernel(
             km = wk < kw_total
         wmask = n_mask[:, None] & km[None, :]
         widx = offs_n[:, None] * kw_total + wk[None, :]
-        wu = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first").to(tl.uint32, bitcast=True)
+        if USE_GDC:
+            wi, wi2 = _next_tile(w_ptr, w2_ptr, widx, wmask, wb, wb0, first, first2, DUAL)
+        else:
+            wi = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
+                wi2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        wu = wi.to(tl.uint32, bitcast=True)
         lo = _t3_prescale(wu & 0x00FF00FF)
         hi = _t3_prescale((wu >> 8) & 0x00FF00FF)
         if DUAL:
-            wu2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first").to(tl.uint32, bitcast=True)
+            wu2 = wi2.to(tl.uint32, bitcast=True)
             lo2 = _t3_prescale(wu2 & 0x00FF00FF)
             hi2 = _t3_prescale((wu2 >> 8) & 0x00FF00FF)
         # the dots start at -sum(x) of their pair (codes are t + 1), which is dp2a's first addend
@@ -1021,11 +1071,12 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
     m = x2.shape[0]
     kw = k // 16
     qx = torch.empty(m, 6 * kw, dtype=torch.int32, device=x2.device)
+    gdc = pdl.launch_options(x2.device)
     qw = min(64, triton.next_power_of_2(kw))
     _quant_x_kernel[(m, triton.cdiv(kw, qw))](
         x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
         BLOCK_W=qw, NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0,
-        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4)
+        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4, **gdc)
     bw = max(1, bk // 16)
     n_tiles = triton.cdiv(n, bn)
     part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
@@ -1035,7 +1086,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
         part, cnt, m, n, kw, k // g,
         WPG=g // 16, BLOCK_N=bn, BLOCK_W=bw, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
-        EVEN_K=kw % bw == 0, USE_ASM=not INTERPRET, num_warps=warps,
+        EVEN_K=kw % bw == 0, USE_ASM=not INTERPRET, num_warps=warps, **gdc,
     )
 
 
@@ -1052,11 +1103,12 @@ def _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
     nbg = t3_bytes_per_group(g)
     kw3 = (k // g) * nbg // 4
     qx = torch.empty(m, 13 * kw3, dtype=torch.int32, device=x2.device)
+    gdc = pdl.launch_options(x2.device)
     qw = min(64, triton.next_power_of_2(kw3))
     _quant_x3_kernel[(m, triton.cdiv(kw3, qw))](
         x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw3, float(eps), float(norm_offset),
         G=g, NBG=nbg, BLOCK_W=qw, NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0,
-        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4)
+        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4, **gdc)
     n_tiles = triton.cdiv(n, bn)
     part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
     wv = w.view(torch.int32)
@@ -1065,7 +1117,7 @@ def _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
         part, cnt, m, n, k // g, KW3=kw3,
         NBG=nbg, BLOCK_N=bn, BLOCK_W=bw, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
-        EVEN_K=kw3 % bw == 0, USE_ASM=not INTERPRET, num_warps=warps,
+        EVEN_K=kw3 % bw == 0, USE_ASM=not INTERPRET, num_warps=warps, **gdc,
     )
 
 

@@ -12,10 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
+from runtime.kernels import pdl
+from runtime.kernels.pdl import gdc_wait
+
 
 @triton.jit
 def _rmsnorm_kernel(x_ptr, stride_x, r_ptr, stride_r, w_ptr, y_ptr, stride_y, H, eps, offset,
-                    BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, QWEN3: tl.constexpr):
+                    BLOCK: tl.constexpr, RESIDUAL: tl.constexpr, QWEN3: tl.constexpr, USE_GDC: tl.constexpr):
+    gdc_wait(USE_GDC)
     row = tl.program_id(0)
     cols = tl.arange(0, BLOCK)
     m = cols < H
@@ -58,5 +62,6 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, residual: torc
         x2, x2.stride(0), r2 if r2 is not None else x2, r2.stride(0) if r2 is not None else 0,
         weight, y2, y2.stride(0), h, float(eps), float(weight_offset),
         BLOCK=block, RESIDUAL=r2 is not None, QWEN3=weight_offset == 0.0, num_warps=warps,
+        **pdl.launch_options(x2.device),
     )
     return y

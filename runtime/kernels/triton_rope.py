@@ -13,6 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
+from runtime.kernels import pdl
+from runtime.kernels.pdl import gdc_wait
+
 
 @triton.jit
 def _quant_store_int8(val, dst_ptr, scale_ptr, mask):
@@ -33,8 +36,9 @@ def _qk_norm_rope_kernel(
     kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h,
     qo_ptr, so_t, so_h,
     Hq, D, R, eps, offset,
-    BLOCK_D: tl.constexpr, QWEN3: tl.constexpr, INT8: tl.constexpr,
+    BLOCK_D: tl.constexpr, QWEN3: tl.constexpr, INT8: tl.constexpr, USE_GDC: tl.constexpr,
 ):
+    gdc_wait(USE_GDC)
     t = tl.program_id(0)
     h = tl.program_id(1)
     pos = tl.load(pos_ptr).to(tl.int64) + t
@@ -116,5 +120,6 @@ def qk_norm_rope_kv_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_n
         q_out, q_out.stride(0), q_out.stride(1),
         hq, dim, rot, float(eps), float(weight_offset),
         BLOCK_D=triton.next_power_of_2(dim), QWEN3=weight_offset == 0.0, INT8=int8, num_warps=1 if dim <= 128 else 2,
+        **pdl.launch_options(q.device),
     )
     return q_out

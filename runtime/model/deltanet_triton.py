@@ -12,9 +12,14 @@ import torch
 import triton
 import triton.language as tl
 
+from runtime.kernels import pdl
+from runtime.kernels.pdl import gdc_wait
+
 
 @triton.jit
-def _conv_step_kernel(x_ptr, state_ptr, w_ptr, y_ptr, C, K: tl.constexpr, BLOCK: tl.constexpr):
+def _conv_step_kernel(x_ptr, state_ptr, w_ptr, y_ptr, C, K: tl.constexpr, BLOCK: tl.constexpr,
+                      USE_GDC: tl.constexpr):
+    gdc_wait(USE_GDC)
     pid = tl.program_id(0)
     c = pid * BLOCK + tl.arange(0, BLOCK)
     m = c < C
@@ -40,7 +45,7 @@ def conv_step(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor) -> tor
     y = torch.empty_like(xs)
     block = 1024
     _conv_step_kernel[(triton.cdiv(c, block),)](xs, state, weight.reshape(c, k).contiguous(), y, c, K=k,
-                                                BLOCK=block)
+                                                BLOCK=block, **pdl.launch_options(x.device))
     return y.view(1, c)
 
 

@@ -24,9 +24,11 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/attn")
     ap.add_argument("--shapes", default="27b", help="comma list of 27b (4 KV heads x 256), 8b (8 x 128)")
     ap.add_argument("--configs", default="64:4:32,16:4:32,16:4:64,32:4:32,32:4:64,32:8:32,32:8:64,64:8:32",
-                    help="block_s:warps:splits, comma separated (the first is the current default)")
+                    help="block_s:warps:splits[:min_keys_per_split], comma separated (the first is the current default)")
+    ap.add_argument("--lengths", default="4000,512", help="live KV lengths to time")
     a = ap.parse_args()
     configs = [tuple(int(v) for v in c.split(":")) for c in a.configs.split(",")]
+    configs = [c if len(c) == 4 else (*c, 0) for c in configs]
     shapes = {"27b": (24, 4, 256), "8b": (32, 8, 128)}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -34,7 +36,7 @@ def main() -> int:
     results = []
     for name in a.shapes.split(","):
         hq, hkv, d = shapes[name]
-        for length in (4000, 512):
+        for length in (int(x) for x in a.lengths.split(",")):
             max_pos, layers = 4096, 16
             g = torch.Generator(device=dev).manual_seed(0)
             kc = torch.randn(layers, hkv, max_pos, d, device=dev, dtype=torch.bfloat16, generator=g)
@@ -47,8 +49,8 @@ def main() -> int:
             ref = torch.softmax((q.float()[:, None, :] @ kk.transpose(1, 2)).squeeze(1) * scale, -1)
             ref = (ref[:, None, :] @ vv).squeeze(1)
             best = None
-            for bs, warps, splits in configs:
-                kw = dict(num_splits=splits, block_s=bs, num_warps=warps)
+            for bs, warps, splits, min_keys in configs:
+                kw = dict(num_splits=splits, block_s=bs, num_warps=warps, min_split_keys=min_keys)
                 o = torch.empty(hq, d, device=dev, dtype=torch.bfloat16)
                 try:
                     ta.decode_attention(q, kc[0], vc[0], seq, scale, out=o, **kw)
@@ -72,7 +74,7 @@ def main() -> int:
                 except Exception as e:  # noqa: BLE001 - a config that does not compile is skipped
                     print(name, length, bs, warps, splits, "failed", repr(e)[:200], flush=True)
                     continue
-                r = {"shape": name, "len": length, "block_s": bs, "warps": warps, "splits": splits,
+                r = {"shape": name, "len": length, "block_s": bs, "warps": warps, "splits": splits, "min_keys": min_keys,
                      "us": round(us, 2), "rel_err": round(err, 5)}
                 results.append(r)
                 print(json.dumps(r), flush=True)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One device call (stages in $STAGES): GPU tests ($TESTS), decode-attention configs at the 27B's head_dim 256, and the 27B
-# (ptq1 and t2) through the engine with every mat-vec candidate timed (TERNARY_KERNELS_TUNE=full; the
-# winners land in $OUT/kfull/*.json for runtime/kernels/tuned). Usage: DEADLINE=540 bash scripts/gpu/call_27b_tune.sh
+# One device call (stages in $STAGES, run in order): env (versions, PDL on?), GPU tests ($TESTS), decode-attention
+# configs at the 27B's head_dim 256, the 27B (ptq1 and t2) through the engine with every mat-vec candidate timed
+# (tune: TERNARY_KERNELS_TUNE=full; the winners land in $OUT/kfull/*.json for runtime/kernels/tuned), and engine
+# runs (engine, or engine:MODEL+MODEL) with $CONFIGS_PTQ1 / $CONFIGS_T2 (the latter for every t2 model).
+# Usage: DEADLINE=540 STAGES="env engine:bonsai-8b tests" bash scripts/gpu/call_27b_tune.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/call27b}; mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-540}
@@ -39,15 +41,24 @@ import sys, json
 for l in sys.stdin:
     r = json.loads(l); r.pop('tokens', None); print(r)"; grep -v '^{' "$OUT/engine_$m.log" | tail -5 | cut -c1-300
            done ;;
-    engine) for m in ${MODELS:-bonsai-27b-ptq1 bonsai-27b}; do
+    env)   python3 -c "
+import torch, triton
+from runtime.kernels import pdl
+print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(), 'pdl', pdl.enabled())"
+           nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ;;
+    engine*) ms=${st#engine:}; [ "$ms" = "$st" ] && ms=${MODELS:-bonsai-27b-ptq1+bonsai-27b}
+           for m in ${ms//+/ }; do
              L=$(left); [ "$L" -lt 50 ] && continue
              C=$([ $m = bonsai-27b-ptq1 ] && echo "${CONFIGS_PTQ1:-full,gpuemb,6GiB}" || echo "${CONFIGS_T2:-full,gpuemb}")
-             TERNARY_KERNELS_CACHE=$OUT/kcache timeout $(( L - 5 )) python3 scripts/gpu/engine_27b.py --out "$OUT/e_$m" \
-               --model $m --configs $C --gen 64 > "$OUT/e_$m.log" 2>&1; rc=$?
+             ES=$(( L - 5 < ${ENGINE_S:-9999} ? L - 5 : ${ENGINE_S:-9999} ))
+             TERNARY_KERNELS_CACHE=$OUT/kcache timeout $ES python3 scripts/gpu/engine_27b.py --out "$OUT/e_$m" \
+               --model $m --configs $C --gen ${GEN:-64} > "$OUT/e_$m.log" 2>&1; rc=$?
              stamp "engine $m rc=$rc"; grep '^{' "$OUT/e_$m.log" | python3 -c "
 import sys, json
+keep = ('config', 'pdl', 'graph_prefill', 'decode_tok_s', 'decode_tok_s_runs', 'ttft_ms', 'ttft_ms_runs', 'prefill_tok_s', 'max_allocated_GB',
+        'same_tokens_every_run', 'tokens_equal_first_config', 'graph_decode', 'load_s', 'error')
 for l in sys.stdin:
-    r = json.loads(l); r.pop('tokens', None); print(r)"; grep -v '^{' "$OUT/e_$m.log" | tail -5 | cut -c1-300
+    r = json.loads(l); print({k: r[k] for k in keep if k in r})"; grep -v '^{' "$OUT/e_$m.log" | tail -5 | cut -c1-300
            done ;;
   esac
 done

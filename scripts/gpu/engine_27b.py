@@ -1,7 +1,10 @@
-"""The 27B hybrid through the real engine (what the app runs), one device call.
+"""The 27B hybrid (or any synthetic model, e.g. ``--model bonsai-8b``) through the real engine (what
+the app runs), one device call.
 
 Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``;
-``gpuemb``: no cap with the embedding table kept on the GPU):
+``gpuemb``: no cap with the embedding table kept on the GPU; ``nopdl``: no cap, kernels launched
+without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
+(``TERNARY_GRAPH_PREFILL=1``), ``eprefill``: the same with it forced off; for side-by-sides in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
 host memory so the load is the engine's own), one warm-up answer, then ``--runs`` greedy answers to
 the same ``--prompt-tokens`` prompt (cache reset before each, so every run prefills) of ``--gen``
@@ -20,6 +23,7 @@ import dataclasses
 import functools
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 T0 = time.perf_counter()
+NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill")  # configurations without a VRAM cap
 
 
 def log(msg: str) -> None:
@@ -41,7 +46,10 @@ def synthetic_on_host(name: str):
     engine later puts on the GPU is its own doing (``ModelData`` as a loader would return it)."""
     from runtime.formats.model_data import ModelData
     from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+    from runtime.synthetic import synthetic_config, synthetic_model
 
+    if synthetic_config(name).arch != "qwen35":  # the dense models: generated on the CPU (seconds)
+        return synthetic_model(name, seed=0, group_size=128)
     md = qwen35_synthetic_model(name, seed=0, group_size=128, device="cuda")
 
     def host(t):  # TernaryTensor (codes/scales) or DenseTensor (data)
@@ -61,6 +69,7 @@ def main() -> int:
     from runtime.devices import parse_bytes
     from runtime.engine import CancelToken, Engine
     from runtime.generation import GenerationSettings
+    from runtime.kernels import pdl
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/engine27b")
@@ -96,9 +105,14 @@ def main() -> int:
             plan_fn = planner_mod.plan_for_this_machine
             if cfg == "gpuemb":  # no cap, but the embedding table on the GPU (the pre-host-embedding default)
                 planner_mod.plan_for_this_machine = functools.partial(plan_fn, host_embedding=False)
+            pdl.set_enabled(False if cfg == "nopdl" else None)
+            if cfg in ("gprefill", "eprefill"):
+                os.environ["TERNARY_GRAPH_PREFILL"] = "1" if cfg == "gprefill" else "0"
+            r["graph_prefill"] = os.environ.get("TERNARY_GRAPH_PREFILL", "0") == "1"
+            r["pdl"] = pdl.enabled()
             try:
                 eng = Engine.load(md, device="cuda", context_length=a.ctx,
-                                  max_vram_bytes=None if cfg in ("full", "gpuemb") else parse_bytes(cfg),
+                                  max_vram_bytes=None if cfg in NO_CAP else parse_bytes(cfg),
                                   decode_activations=a.decode_activations)
             finally:
                 planner_mod.plan_for_this_machine = plan_fn
@@ -119,6 +133,7 @@ def main() -> int:
             r["decode_tok_s"] = round(statistics.median(x.decode_tok_s for x in runs), 1)
             r["decode_tok_s_runs"] = [round(x.decode_tok_s, 1) for x in runs]
             r["ttft_ms"] = round(statistics.median(x.ttft_s for x in runs) * 1000, 1)
+            r["ttft_ms_runs"] = [round(x.ttft_s * 1000, 1) for x in runs]
             r["prefill_tok_s"] = round(statistics.median(x.prefill_tok_s for x in runs), 1)
             r["max_allocated"] = torch.cuda.max_memory_allocated()
             r["max_allocated_GB"] = round(r["max_allocated"] / 1e9, 3)
@@ -139,6 +154,7 @@ def main() -> int:
             import traceback
             traceback.print_exc()
             r["error"] = repr(e)[:600]
+        pdl.set_enabled(None)
         gc.collect()
         torch.cuda.empty_cache()
         print(json.dumps(r), flush=True)

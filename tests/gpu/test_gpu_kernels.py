@@ -184,13 +184,15 @@ def test_gpu_qk_norm_rope_kv_write(dim: int, rot: int, hq: int, hkv: int, offset
 
 @pytest.mark.parametrize("hq,hkv,dim", [(32, 8, 128), (24, 4, 256), (16, 8, 128)])
 @pytest.mark.parametrize("length", [1, 300, 4096, 30000])
-def test_gpu_decode_attention(hq: int, hkv: int, dim: int, length: int) -> None:
+@pytest.mark.parametrize("min_keys", [None, 256])
+def test_gpu_decode_attention(hq: int, hkv: int, dim: int, length: int, min_keys: int | None) -> None:
     dtype = torch.bfloat16
     positions = 32768
     q = torch.randn(hq, dim, device=DEV, dtype=dtype)
     kc = torch.randn(hkv, positions, dim, device=DEV, dtype=dtype)
     vc = torch.randn(hkv, positions, dim, device=DEV, dtype=dtype)
-    o = decode_attention(q, kc, vc, torch.tensor([length], device=DEV, dtype=torch.int32), dim ** -0.5)
+    o = decode_attention(q, kc, vc, torch.tensor([length], device=DEV, dtype=torch.int32), dim ** -0.5,
+                         min_split_keys=min_keys)
     assert rel(o, ref.ref_decode_attention(q, kc, vc, length, dim ** -0.5)) < 1e-2
 
 

@@ -10,7 +10,7 @@ import torch
 from runtime.engine import Engine
 from runtime.generation import GenerationSettings
 from runtime.model.qwen3 import Qwen3Model
-from runtime.offload import LayerStreamer
+from runtime.offload import LayerStreamer, MappedHostEmbedding
 from runtime.prefill import GraphPrefill, bucket_size, graph_prefill_runner, release_graphs
 from tests import model_factory as mf
 from tests.engine.conftest import build_tiny, hf_greedy
@@ -67,6 +67,22 @@ def test_graph_prefill_matches_eager(tiny, dtype):
             a, b = getattr(ref.cache, name)[:, :, :150], getattr(model.cache, name)[:, :, :150]
             assert rel(b, a) < TOLS[dtype], (rnd, name)
     assert runner.fallback_reason is None and runner.captures == 4 and runner.replays == 4
+
+
+def test_graph_prefill_gathers_from_a_host_mapped_embedding(tiny):
+    """The planner's default on a GPU keeps an untied embedding in pinned host memory, gathered by
+    the GPU itself: that table lives on the CPU, yet the prefill must still be captured."""
+    ref = Qwen3Model.from_model_data(tiny, DEV, dtype=torch.bfloat16, max_positions=256)
+    model = Qwen3Model.from_model_data(tiny, DEV, dtype=torch.bfloat16, max_positions=256)
+    model.embed = MappedHostEmbedding(model.embed, DEV)
+    assert any(b.device.type == "cpu" for b in model.embed.buffers())
+    runner = GraphPrefill(model, max_bucket=64)
+    assert runner.use_graph, runner.unsupported_reason
+    ids = _ids(40, seed=4)
+    want = _eager(ref, ids, 0)
+    for _ in range(2):  # warm-up + capture, then a replay
+        assert rel(runner(ids, 0), want) < TOLS[torch.bfloat16]
+    assert runner.fallback_reason is None and runner.captures == 1 and runner.replays == 1
 
 
 def test_repeated_calls_with_different_lengths_reuse_graphs(tiny):

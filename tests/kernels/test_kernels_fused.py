@@ -74,15 +74,17 @@ def test_kernels_qk_norm_rope_kv_write(dim: int, rot: int, offset: float, kv_dty
 
 
 @pytest.mark.parametrize("hq,hkv,dim,length", [(8, 2, 32, 37), (6, 1, 64, 50), (4, 4, 32, 1)])
-@pytest.mark.parametrize("splits", [1, 3])
-def test_kernels_decode_attention(hq: int, hkv: int, dim: int, length: int, splits: int) -> None:
+@pytest.mark.parametrize("splits,min_keys", [(1, 0), (3, 0), (4, 20)])
+def test_kernels_decode_attention(hq: int, hkv: int, dim: int, length: int, splits: int, min_keys: int) -> None:
+    """min_keys 20 -> 32 keys per split program (two 16-key tiles): 37 and 50 keys use 2 of the 4."""
     positions = 64
     q = torch.randn(hq, dim)
     kc, vc = torch.randn(hkv, positions, dim), torch.randn(hkv, positions, dim)
     kc[:, length:] = float("nan")  # never read past the live length
     vc[:, length:] = float("nan")
     out = torch.full((hq, dim), float("nan"))
-    o = decode_attention(q, kc, vc, torch.tensor([length], dtype=torch.int32), 0.17, out=out, num_splits=splits)
+    o = decode_attention(q, kc, vc, torch.tensor([length], dtype=torch.int32), 0.17, out=out, num_splits=splits,
+                         min_split_keys=min_keys)
     assert o is out
     assert rel(o, ref.ref_decode_attention(q, kc, vc, length, 0.17)) < 1e-5
 
