@@ -378,7 +378,7 @@ class Engine:
                         reuse = 0  # recurrent state (hybrid) cannot be rewound: only pure extensions reuse
                 self._cached_tokens = prompt_ids[:reuse]
                 stats.reused_prompt_tokens = reuse
-                chunk = PREFILL_CHUNK
+                chunk = self._prefill_chunk()
                 pos = reuse
                 t_prefill = time.perf_counter()
                 while pos < len(prompt_ids) and not cancel.cancelled:
@@ -396,6 +396,8 @@ class Engine:
                     pos = end
                     if pos == len(prompt_ids):
                         self._end_logits = (pos, logits[-1:].clone())
+                if self.device.type == "cuda":  # graph replays return at once: time the GPU work itself
+                    torch.cuda.synchronize(self.device)
                 prefill_s = time.perf_counter() - t_prefill
                 computed = pos - reuse
                 stats.prefill_tok_s = computed / prefill_s if computed and prefill_s > 0 else 0.0
@@ -539,8 +541,9 @@ class Engine:
         model.setup_cache(new_ctx)
         self.info.context_length = new_ctx
         logits = None
-        for start in range(0, len(seq), PREFILL_CHUNK):
-            part = seq[start:start + PREFILL_CHUNK]
+        chunk = self._prefill_chunk()
+        for start in range(0, len(seq), chunk):
+            part = seq[start:start + chunk]
             logits = self._forward(part, start)
             self._cached_tokens.extend(part)
         further = min(s.max_new_tokens - done - 1, new_ctx - len(seq))
@@ -587,6 +590,12 @@ class Engine:
             prev = tok
             yield tok
 
+    def _prefill_chunk(self) -> int:
+        """Tokens per prefill forward: the plan's (the planner shrinks it under a tight VRAM budget
+        before it offloads layers), never more than :data:`PREFILL_CHUNK`."""
+        planned = int((self.info.plan or {}).get("prefill_chunk") or PREFILL_CHUNK)
+        return max(1, min(PREFILL_CHUNK, planned))
+
     def _forward(self, tokens: list[int], start: int) -> torch.Tensor:
         """Run ``tokens`` at positions ``start..``; return the last position's logits ``[1, vocab]``.
 
@@ -598,7 +607,7 @@ class Engine:
         if len(tokens) > 1 and self.graph_decode and dev.type == "cuda":
             from runtime.prefill import graph_prefill_runner
 
-            return graph_prefill_runner(self.model, PREFILL_CHUNK)(tokens, start)
+            return graph_prefill_runner(self.model, self._prefill_chunk())(tokens, start)
         ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long, device=dev)
         return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)

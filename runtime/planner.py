@@ -48,6 +48,7 @@ CONTEXT_BYTES_PER_SM = int(5.8 * MiB)
 # allocator rounding): 215-245 MiB for Bonsai-8B at 4K-32K context.
 ALLOCATOR_SLACK_BYTES = 240 * MiB
 DEFAULT_PREFILL_CHUNK = 512
+SMALLER_PREFILL_CHUNKS = (256, 128, 64)  # tried, in order, when the default chunk forces offload
 KV_DTYPES = {"fp16": 2, "bf16": 2, "int8": 1}
 OFFLOAD_MODES = ("none", "stream", "cpu")
 
@@ -534,13 +535,32 @@ def plan_memory(
                 break
         return min(found, key=speed_key) if found else None
 
-    chosen = search(target)
+    # a smaller prompt chunk (less prefill activation memory) costs a little prefill speed; offloading
+    # a layer costs far more per token, so under a tight budget the chunk shrinks first
+    chunks = [prefill_chunk] + [c for c in SMALLER_PREFILL_CHUNKS if c < prefill_chunk]
+    default_ws = ws
+
+    def search_chunks(want: int) -> tuple[_Placement | None, int]:
+        nonlocal ws
+        best: tuple[_Placement | None, int, int] = (None, prefill_chunk, default_ws)
+        for ch in chunks:
+            ws = workspace_bytes(cfg, ch, s.largest_matrix_elems)
+            c = search(want)
+            if c is not None and (best[0] is None or speed_key(c) < speed_key(best[0])):
+                best = (c, ch, ws)  # strictly cheaper per token: on a tie the larger chunk stays
+            if best[0] is not None and speed_key(best[0]) == 0.0:
+                break  # nothing left to win by a smaller chunk
+        ws = best[2]
+        return best[0], best[1]
+
+    chosen, chunk = search_chunks(target)
     want = target
     while chosen is None and want > CTX_ALIGN:
         # the target context does not fit even with everything offloaded: halve it
         want = max(CTX_ALIGN, (want // 2) // CTX_ALIGN * CTX_ALIGN)
-        chosen = search(want)
+        chosen, chunk = search_chunks(want)
     if chosen is None:
+        ws = workspace_bytes(cfg, chunks[-1], s.largest_matrix_elems)  # the least any plan needs
         br, kvpt, _ = _fixed_gpu_bytes(s, candidates[-1], kv_dtype, ws)
         raise OutOfMemoryError(
             f"{cfg.arch} model does not fit in {format_bytes(budget)} of device memory even with every layer "
@@ -549,6 +569,9 @@ def plan_memory(
     if want < target:
         reasons.append(f"Even with maximum offload {target} tokens of context do not fit; settled for at least {want}.")
     target = want
+    if chunk != prefill_chunk:
+        reasons.append(f"Prompts are prefilled in chunks of {chunk} tokens instead of {prefill_chunk} (workspace "
+                       f"{format_bytes(ws)} instead of {format_bytes(default_ws)}), so fewer layers leave the GPU.")
 
     ctx, br, kvpt, host = evaluate(chosen, cap)
     br.kv_cache = ctx * kvpt
@@ -608,7 +631,7 @@ def plan_memory(
         device=device, context_length=ctx, max_context=model_max, gpu_layers=[i for i in all_layers if i not in set(chosen.cpu_layers)],
         cpu_layers=list(chosen.cpu_layers), embedding_device="gpu" if chosen.embedding_gpu or (s.tied and chosen.lm_head_gpu) else "cpu",
         lm_head_device="gpu" if chosen.lm_head_gpu else "cpu", offload_mode=chosen.mode if chosen.cpu_layers else "none",
-        kv_dtype=kv_dtype, prefill_chunk=prefill_chunk, budget_bytes=budget, predicted=br, host_bytes=host,
+        kv_dtype=kv_dtype, prefill_chunk=chunk, budget_bytes=budget, predicted=br, host_bytes=host,
         predicted_offload_s_per_token=offload_s, reasons=reasons,
     )
 

@@ -115,3 +115,25 @@ def test_token_by_token_greedy_matches_transformers(pair, greedy_reference):
             seq.append(nxt)
             logits = model(torch.tensor([nxt]), torch.tensor([pos]), kv_len=pos + 1)
     assert got == expected
+
+
+def test_engine_prefills_in_the_plans_chunk(pair, greedy_reference, monkeypatch):
+    """A plan made for a tight VRAM budget carries a smaller prompt chunk; the engine honours it
+    (never above PREFILL_CHUNK) and still decodes exactly what transformers decodes."""
+    engine = Engine.load(pair[1], device="cpu", context_length=128)
+    engine.info.plan["prefill_chunk"] = 4
+    seen: list[int] = []
+    forward = engine._forward
+
+    def spy(tokens, start):
+        seen.append(len(tokens))
+        return forward(tokens, start)
+
+    monkeypatch.setattr(engine, "_forward", spy)
+    ids, expected = greedy_reference
+    done = list(engine.generate(PROMPT, GenerationSettings(temperature=0.0, max_new_tokens=32, ignore_eos=True)))[-1]
+    assert done.stats.token_ids == expected
+    n = -(-len(ids) // 4)  # prefill forwards come first, then one per decoded token
+    assert len(ids) > 4 and seen[:n] == [4] * (n - 1) + [len(ids) - 4 * (n - 1)]
+    engine.info.plan["prefill_chunk"] = 10_000
+    assert engine._prefill_chunk() == engine_mod.PREFILL_CHUNK

@@ -22,7 +22,7 @@ TOLS = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # relative L2 error of logit
 
 @pytest.fixture(autouse=True)
 def _graph_prefill_on(monkeypatch):
-    """These tests exercise the graph prefill, which the engine only uses with TERNARY_GRAPH_PREFILL=1."""
+    """These tests exercise the graph prefill (on by default; pinned on here against the environment)."""
     monkeypatch.setenv("TERNARY_GRAPH_PREFILL", "1")
 
 
