@@ -4,7 +4,7 @@ the app runs), one device call.
 Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``;
 ``gpuemb``: no cap with the embedding table kept on the GPU; ``nopdl``: no cap, kernels launched
 without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
-(``TERNARY_GRAPH_PREFILL=1``), ``eprefill``: the same with it forced off; for side-by-sides in one process):
+(the default; forced on), ``eprefill``: the same with it forced off; for side-by-sides in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
 host memory so the load is the engine's own), one warm-up answer, then ``--runs`` greedy answers to
 the same ``--prompt-tokens`` prompt (cache reset before each, so every run prefills) of ``--gen``
@@ -70,6 +70,7 @@ def main() -> int:
     from runtime.engine import CancelToken, Engine
     from runtime.generation import GenerationSettings
     from runtime.kernels import pdl
+    from runtime.prefill import graph_prefill_enabled
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/engine27b")
@@ -108,7 +109,7 @@ def main() -> int:
             pdl.set_enabled(False if cfg == "nopdl" else None)
             if cfg in ("gprefill", "eprefill"):
                 os.environ["TERNARY_GRAPH_PREFILL"] = "1" if cfg == "gprefill" else "0"
-            r["graph_prefill"] = os.environ.get("TERNARY_GRAPH_PREFILL", "0") == "1"
+            r["graph_prefill"] = graph_prefill_enabled()  # the engine's own reading (Qwen3 dense models only)
             r["pdl"] = pdl.enabled()
             try:
                 eng = Engine.load(md, device="cuda", context_length=a.ctx,

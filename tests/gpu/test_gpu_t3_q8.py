@@ -68,10 +68,15 @@ def test_gpu_t3_q3_every_config(cfg: tuple) -> None:
     codes, scales = weight(n, k, seed=11)
     up_codes, up_scales = weight(n, k, seed=12)
     nw = (torch.rand(k, device=DEV) + 0.5).to(torch.bfloat16)
+    gen = torch.Generator(device=DEV).manual_seed(13)
     for m in (1, 3, 8):
-        x = torch.randn(m, k, device=DEV)
+        x = torch.randn(m, k, device=DEV, generator=gen)
         y = tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
-        assert rel(y, ref.ref_ternary_matmul(ref.ref_q3_activations(x, G), codes, scales, G, "t3")) < 1e-5
+        # The kernel computes floor(x * (127 / amax) + 0.5) with a fused multiply-add and Triton's fp32
+        # division, the reference with separately rounded torch ops: an x within an ulp of a .5 boundary
+        # lands one int8 step apart (~1e-4 relative at K = 6144, seen once in a full-suite run). Wrong
+        # digits, scales or split-K sums are off by > 1e-2, so 1e-3 still separates bugs from rounding.
+        assert rel(y, ref.ref_ternary_matmul(ref.ref_q3_activations(x, G), codes, scales, G, "t3")) < 1e-3
         assert torch.equal(y, tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg))
         xb = x.to(torch.bfloat16)
         y = tlin.swiglu_matvec(xb, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
