@@ -33,7 +33,7 @@ def _pdl_kernels():
     for mod in MODULES:
         for name, obj in vars(mod).items():
             fn = getattr(obj, "fn", None)  # JITFunction, or InterpretedFunction under TRITON_INTERPRET=1
-            if callable(fn) and getattr(fn, "__module__", None) == mod.__name__ \
+            if name.endswith("_kernel") and callable(fn) and getattr(fn, "__module__", None) == mod.__name__ \
                     and "USE_GDC" in inspect.signature(fn).parameters:
                 yield f"{mod.__name__}.{name}", fn
 
