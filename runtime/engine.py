@@ -591,8 +591,8 @@ class Engine:
             yield tok
 
     def _prefill_chunk(self) -> int:
-        """Tokens per prefill forward: the plan's (the planner shrinks it under a tight VRAM budget
-        before it offloads layers), never more than :data:`PREFILL_CHUNK`."""
+        """Tokens per prefill forward: the plan's (the planner shrinks it only when the default chunk
+        cannot reach the context), never more than :data:`PREFILL_CHUNK`."""
         planned = int((self.info.plan or {}).get("prefill_chunk") or PREFILL_CHUNK)
         return max(1, min(PREFILL_CHUNK, planned))
 

@@ -57,13 +57,16 @@ def enabled(device: torch.device | None = None) -> bool:
     if INTERPRET or not _HAS_GDC:
         return False
     flag = _override if _override is not None else os.environ.get(PDL_ENV, "1") != "0"
-    if not flag or not torch.cuda.is_available():
+    if not flag or (device is not None and device.type != "cuda"):
         return False
-    if device is not None and device.type != "cuda":
+    if device is not None and device.index is not None:
+        index = device.index  # the common per-launch case: no CUDA runtime query
+    elif torch.cuda.is_available():
+        index = torch.cuda.current_device()
+    else:
         return False
-    index = torch.cuda.current_device() if device is None or device.index is None else device.index
     if index not in _capable:
-        _capable[index] = torch.cuda.get_device_capability(index)[0] >= 9
+        _capable[index] = torch.cuda.is_available() and torch.cuda.get_device_capability(index)[0] >= 9
     return _capable[index]
 
 
