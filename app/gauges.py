@@ -310,6 +310,8 @@ def offload_mode_text(mode: str) -> str:
     """The planner's offload mode in words ("" when nothing is offloaded)."""
     if mode == "stream":
         return QCoreApplication.translate("GaugePanel", "offloaded layers streamed to the GPU")
+    if mode == "mapped":
+        return QCoreApplication.translate("GaugePanel", "offloaded layers read by the GPU from host memory")
     if mode == "cpu":
         return QCoreApplication.translate("GaugePanel", "offloaded layers computed on the CPU")
     return ""
@@ -320,6 +322,6 @@ def placement_text(plan: dict[str, Any]) -> str:
     gpu, cpu = int(plan.get("layers_on_gpu") or 0), int(plan.get("layers_on_cpu") or 0)
     text = QCoreApplication.translate("GaugePanel", "%1 on GPU, %2 on CPU").replace("%1", str(gpu)).replace("%2", str(cpu))
     mode = offload_mode_text(str(plan.get("offload_mode") or ""))
-    if cpu and gpu and mode:
+    if cpu and mode:  # also with 0 on the GPU: mapped layers still run there
         text += f" ({mode})"
     return text

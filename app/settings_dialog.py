@@ -315,11 +315,14 @@ class SettingsDialog(QDialog):
         self.offload_combo.setAccessibleName(self.tr("Offload policy"))
         for value, text in (("auto", self.tr("Automatic (planner decides)")),
                             ("stream", self.tr("Stream layers to the GPU")),
+                            ("mapped", self.tr("Read layers from host memory (zero-copy)")),
                             ("cpu", self.tr("Compute offloaded layers on the CPU"))):
             self.offload_combo.addItem(text, value)
-        self.offload_combo.setToolTip(self.tr("When a model does not fit in VRAM, some layers stay in RAM: either "
-                                              "their weights are streamed to the GPU for every token, or the CPU "
-                                              "computes them. Automatic picks the faster one per token."))
+        self.offload_combo.setToolTip(self.tr("When a model does not fit in VRAM, some layers stay in RAM: their "
+                                              "weights are streamed to the GPU for every token, or the GPU reads them "
+                                              "in place from RAM (zero-copy: no staging buffers, same results as "
+                                              "with everything in VRAM), or the CPU computes them. Automatic picks "
+                                              "the fastest one per token."))
         if "offload" not in accepted:
             self.offload_combo.setEnabled(False)
             self.offload_combo.setToolTip(self.tr("This engine version does not offer an offload choice."))

@@ -61,7 +61,7 @@ LIMITS: dict[str, Limit] = {
 MIN_MANUAL_CONTEXT = 256
 REASONING_EFFORTS = ("", "low", "medium", "high")
 DEVICES_FIXED = ("auto", "cpu", "cuda")
-OFFLOAD_POLICIES = ("auto", "stream", "cpu")  # the planner's offload modes: auto = cheaper per token
+OFFLOAD_POLICIES = ("auto", "stream", "mapped", "cpu")  # the planner's offload modes: auto = cheapest per token
 # auto = the engine's activation dtype (fp32 on CPU, bf16 on GPU); int8 = the 8-bit cache (half the memory)
 KV_PRECISIONS = ("auto", "fp16", "bf16", "int8")
 # GPU decode mat-vecs: int8 activations + dp4a (faster) or exact fp32 activations in the kernel
@@ -126,7 +126,7 @@ class HardwareSettings:
         if 0 < self.context_length < MIN_MANUAL_CONTEXT:
             errors.append(("context_length", f"A manual context length must be at least {MIN_MANUAL_CONTEXT} tokens."))
         if self.offload_policy not in OFFLOAD_POLICIES:
-            errors.append(("offload_policy", "Offload policy must be auto, stream or cpu."))
+            errors.append(("offload_policy", "Offload policy must be auto, stream, mapped or cpu."))
         if self.kv_cache_precision not in KV_PRECISIONS:
             errors.append(("kv_cache_precision", "KV-cache precision must be auto, fp16, bf16 or int8."))
         if self.decode_precision not in DECODE_PRECISIONS:

@@ -164,7 +164,9 @@ def build_model(md: ModelData, device: torch.device, plan: Plan, dtype: torch.dt
             raise NotImplementedError("CPU-computed layers need the model's placement hook (see notes/to_engine.md)")
         for i in range(len(model.layers)):
             model.layers[i] = placement.wrap_layer(i, model.layers[i])
-        if plan.lm_head_device == "cpu":
+        if plan.lm_head_mapped:
+            model.lm_head = placement.wrap_lm_head(model.lm_head)
+        elif plan.lm_head_device == "cpu":
             from runtime.kernels.linear import prepare_linear
             from runtime.offload import HostComputedLayer
 
@@ -400,8 +402,13 @@ def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_to
     kw: dict[str, Any] = {"ctx_cap": ctx, "kv_dtype": "fp16" if kv_cache == "auto" else kv_cache}
     if offload_mode:
         kw["offload_mode"] = offload_mode
-    if dev.type == "cuda" and offload_mode is None and max_vram is not None:
-        kw["offload_mode"] = "stream"  # CPU compute needs the engine's placement hook; see build_model
+    elif dev.type == "cuda" and max_vram is not None:
+        # the planner picks between the GPU-computed modes (streamed or mapped layers). CPU-computed
+        # layers would work (build_model uses the model's placement hook) but decode eagerly at CPU
+        # speed, which is not what these runs measure: ask for them with offload_mode="cpu"
+        gpu = next((x for x in rep.gpus if x.index == (dev.index or 0)), None)
+        reads_host = gpu is not None and devices.triton_supported(gpu.capability)
+        kw["offload_modes"] = ("stream", "mapped") if reads_host else ("stream",)
     plan = plan_for_this_machine(md, device=str(dev), max_vram=max_vram, **kw)
     sizes = ModelSizes.from_model_data(md)
     out: dict[str, Any] = {
@@ -463,7 +470,8 @@ def format_result(r: dict[str, Any]) -> str:
         f"{r['model']} on {r['gpu']} ({r['device']}), ctx {r['ctx']}, prompt {r['prompt_tokens']}, gen {r['gen']}, "
         f"median of {r['runs']} runs, {r['date']}",
         f"plan: ctx {p['context_length']}, {p['layers_on_gpu']} layers on GPU / {p['layers_on_cpu']} on CPU "
-        f"({p['offload_mode']}), embedding {p['embedding_device']}, KV cache {r.get('kv_cache', 'auto')}, "
+        f"({p['offload_mode']}), embedding {p['embedding_device']}, "
+        f"LM head {'mapped' if p.get('lm_head_mapped') else p.get('lm_head_device', 'gpu')}, KV cache {r.get('kv_cache', 'auto')}, "
         f"predicted peak {format_bytes(p['predicted_peak_bytes'])}",
         f"ours: cold start {o['cold_start_s']:.2f} s | TTFT {o['ttft_s'] * 1e3:.1f} ms | prefill {o['prefill_tok_s']:.0f} tok/s"
         f" | decode {o['decode_tok_s']:.1f} tok/s (graph={o['graph']}, deterministic={o['deterministic']})",

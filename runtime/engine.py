@@ -173,14 +173,15 @@ class Engine:
         ``torch.int8`` = the 8-bit cache, about half the bytes so the planner fits twice the
         context, at a small accuracy cost, see docs/benchmarks.md) and ``graph_decode`` (decode
         through :class:`runtime.gpu_decode.GraphDecoder`; default: on CUDA) and ``offload``
-        ("auto": the planner picks the cheaper offload per token; "stream" or "cpu" force how layers
-        that do not fit the GPU run; passed to the planner's ``offload_mode``) and
+        ("auto": the planner picks the cheapest offload per token; "stream", "mapped" or "cpu" force
+        how layers that do not fit the GPU run; passed to the planner's ``offload_mode``; "mapped"
+        needs the Triton backend, so another ``backend`` takes it out of "auto") and
         ``decode_activations`` ("int8": GPU decode mat-vecs on bf16/fp16 activations quantise them to
         int8 and use ``dp4a``, the default, ~1.6x faster; "exact": keep them in fp32 inside the kernel.
         Process-wide: it sets :func:`runtime.kernels.triton_linear.set_decode_activations`).
         """
-        if offload not in ("auto", "stream", "cpu"):
-            raise TernaryError(f"offload must be auto, stream or cpu, got {offload!r}")
+        if offload not in ("auto", "stream", "mapped", "cpu"):
+            raise TernaryError(f"offload must be auto, stream, mapped or cpu, got {offload!r}")
         if decode_activations not in (None, "int8", "exact"):
             raise TernaryError(f"decode activations must be int8 or exact, got {decode_activations!r}")
         dev = resolve_device(device)
@@ -209,7 +210,11 @@ class Engine:
             kv = resolve_kv_dtype(kv_dtype, act_dtype)
         except ValueError as exc:
             raise TernaryError(str(exc)) from exc
-        ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv, offload)
+        # mapped offload moves Triton linears' matrices to host memory: other backends cannot map
+        can_map = backend in ("auto", "triton")
+        if offload == "mapped" and not can_map:
+            raise TernaryError(f"offload 'mapped' needs the triton backend, not {backend!r}")
+        ctx, plan = _choose_context(data, dev, context_length, max_vram_bytes, kv, offload, can_map)
         tokenizer = Tokenizer(data.tokenizer)
         kwargs: dict[str, Any] = dict(dtype=act_dtype, max_positions=ctx, backend=backend, kv_dtype=kv)
         if plan is not None and dev.type == "cuda" and _needs_placement(plan):
@@ -237,14 +242,14 @@ class Engine:
                     raise OutOfMemoryError(f"not enough {dev.type.upper()} memory to load the model with "
                                            f"{ctx} tokens of context; try a smaller --ctx") from exc
                 _release_memory(dev)
-                plan, ctx = _smaller_plan(data, plan, ctx)  # raises OutOfMemoryError when nothing smaller fits
+                plan, ctx = _smaller_plan(data, plan, ctx, can_map)  # OutOfMemoryError when nothing smaller fits
                 kwargs["max_positions"] = ctx
                 kwargs.pop("placement", None)
                 if dev.type == "cuda" and _needs_placement(plan):
                     from runtime.offload import Placement
 
                     kwargs["placement"] = Placement(plan, dev)
-                where = f", {len(plan.cpu_layers)} layers offloaded to the CPU" if dev.type == "cuda" else ""
+                where = f", {len(plan.cpu_layers)} layers offloaded to host memory" if dev.type == "cuda" else ""
                 notices.append(f"{plan.reasons[-1]} Loaded with a context of {ctx} tokens{where}.")
         engine = cls(model, tokenizer, data, dev, plan.to_dict() if plan is not None else None)
         if plan is not None:
@@ -676,6 +681,7 @@ def _model_class(arch: str) -> Any:
 
 
 def _needs_placement(plan: Any) -> bool:
+    """Anything in host memory (layers, the embedding, the LM head, mapped ones included)."""
     return bool(plan.cpu_layers) or plan.embedding_device == "cpu" or plan.lm_head_device == "cpu"
 
 
@@ -688,7 +694,7 @@ def _release_memory(dev: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def _smaller_plan(data: ModelData, plan: Any, ctx: int) -> tuple[Any, int]:
+def _smaller_plan(data: ModelData, plan: Any, ctx: int, can_map: bool = True) -> tuple[Any, int]:
     """The planner's next smaller plan after an out-of-memory error: a shorter context, else more offload.
 
     The engine may run with less context than the plan allows (the CPU cap), so plans are asked for
@@ -697,15 +703,16 @@ def _smaller_plan(data: ModelData, plan: Any, ctx: int) -> tuple[Any, int]:
     from runtime import planner
 
     cpu_layers = len(plan.cpu_layers)
+    kw = {} if can_map else {"mapped": False}
     for _ in range(16):
-        plan = planner.fallback_plan(data, plan)
+        plan = planner.fallback_plan(data, plan, **kw)
         if plan.context_length < ctx or len(plan.cpu_layers) > cpu_layers:
             return plan, min(int(plan.context_length), ctx)
     raise OutOfMemoryError(f"out of memory loading the model, and no smaller plan than {ctx} tokens of context exists")
 
 
 def _choose_context(data: ModelData, dev: torch.device, requested: int | None, max_vram: int | None,
-                    kv_dtype: torch.dtype, offload: str = "auto") -> tuple[int, Any]:
+                    kv_dtype: torch.dtype, offload: str = "auto", can_map: bool = True) -> tuple[int, Any]:
     """(context length, the planner's Plan). On the CPU the planner's context is capped further."""
     from runtime import planner
 
@@ -717,8 +724,13 @@ def _choose_context(data: ModelData, dev: torch.device, requested: int | None, m
         if requested > model_max:
             raise TernaryError(f"context length {requested} exceeds the model's maximum of {model_max}")
     kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}.get(kv_dtype, "fp16")
-    plan = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
-                                         kv_dtype=kv_name, offload_mode=None if offload == "auto" else offload)
+    kw: dict[str, Any] = {} if can_map else {"mapped": False}
+    try:
+        plan = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,
+                                             kv_dtype=kv_name, offload_mode=None if offload == "auto" else offload,
+                                             **kw)
+    except ValueError as exc:  # e.g. mapped offload forced on a GPU that cannot read host memory
+        raise TernaryError(str(exc)) from exc
     planned = int(plan.context_length)
     if requested is not None:
         if dev.type == "cuda" and planned < requested:

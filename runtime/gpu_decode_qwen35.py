@@ -267,7 +267,8 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
     Triton ternary matrix (t2 or t3) nor a dense one (e.g. the CPU reference backend). Equal to
     ``model.forward`` for one token up to float rounding order; the DeltaNet conv and recurrent
     state and the KV cache are updated in place, so prefill by ``forward`` and decode by this
-    share them. Streamed (offloaded) layers are supported like in ``fused_qwen3_step``.
+    share them. Streamed and mapped (offloaded) layers and a mapped LM head are supported like in
+    ``fused_qwen3_step``.
     """
     if triton is None or getattr(getattr(model, "config", None), "arch", None) != "qwen35":
         return None

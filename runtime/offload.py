@@ -1,6 +1,6 @@
 """Running a model whose weights do not all fit on the GPU: layers kept in host memory.
 
-Two ways to run a layer that lives on the host (the planner picks one per machine, see
+Three ways to run a layer that lives on the host (the planner picks one per machine, see
 :mod:`runtime.planner`):
 
 * **stream** (:class:`LayerStreamer`): the layer's prepared GPU tensors (whatever the kernel
@@ -11,13 +11,22 @@ Two ways to run a layer that lives on the host (the planner picks one per machin
   The layer's tensors are rebound once to fixed views into its slot, so addresses never change and
   the whole step, copies included, can be captured in a CUDA graph. Cost per token: streamed
   bytes / host->device bandwidth (overlapped with the GPU-resident layers' compute).
+* **mapped** (:func:`map_linears_to_host`): the layer is built on the GPU as usual, then the packed
+  matrices of its Triton ternary linears move to pinned host memory, which is mapped into the
+  GPU's address space (UVA); the same Triton kernels read them there over the bus. Everything else
+  (norms, dense projections, KV cache, recurrent state) stays on the GPU. No staging slots, the
+  block is not wrapped (fused decode steps see an ordinary block), the step stays CUDA-graph
+  capturable, and the arithmetic is the resident kernels' own, so the output equals the full-GPU
+  run's. Cost per token: layer bytes / mapped read bandwidth (not overlapped: the kernels wait on
+  the bus). The LM head of a mapped plan is mapped the same way instead of computed on the CPU.
 * **cpu** (:class:`HostComputedLayer`): the layer is built with the CPU backend and runs on the
   CPU; the hidden state crosses the bus twice per token and the layer's KV cache lives in host
   RAM. Cost per token: layer bytes / CPU matvec throughput. Not capturable in a CUDA graph.
 
 The embedding table can also stay on the host: :class:`MappedHostEmbedding` keeps it in pinned
 memory that the GPU reads itself (graph-capturable), :class:`HostEmbedding` gathers on the CPU (the
-fallback). A decode step gathers one row. Every wrapper keeps the wrapped module's call signature, so the model's forward is unchanged.
+fallback). A decode step gathers one row. Every wrapper keeps the wrapped module's call signature,
+so the model's forward is unchanged.
 """
 
 from __future__ import annotations
@@ -268,6 +277,64 @@ def _lookup(b: _Binding) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
+# Mapping: GPU kernels reading pinned host memory in place
+# ----------------------------------------------------------------------------------------------
+
+MAPPED_BUFFERS = ("codes", "scales")  # the packed matrix of a Triton ternary linear
+
+
+def _triton_linear_class() -> type | None:
+    try:
+        from runtime.kernels.triton_linear import TritonLinear
+    except ImportError:  # no Triton: nothing can be mapped
+        return None
+    return TritonLinear
+
+
+def map_linears_to_host(module: torch.nn.Module) -> int:
+    """Move the packed matrices of every Triton ternary linear in ``module`` (row-fused q/k/v and
+    gate/up included) to pinned host memory; return the bytes moved off the GPU.
+
+    Why: pinned host memory is mapped into the GPU's address space, so the very same Triton
+    kernels read those bytes over the bus (as :class:`MappedHostEmbedding` does for rows): the
+    module runs unchanged, needs no staging copy, stays CUDA-graph capturable, and rounds exactly
+    like its resident twin. Only ``codes``/``scales`` of Triton linears move: other tensors (norm
+    weights, dense projections, conv weights, caches) are read by ops that need device memory and
+    stay where they are. Call ``torch.cuda.empty_cache()`` afterwards to return the freed VRAM.
+    """
+    cls = _triton_linear_class()
+    if cls is None:
+        return 0
+    moved = 0
+    for m in module.modules():
+        if not isinstance(m, cls):
+            continue
+        for name in MAPPED_BUFFERS:
+            t = m._buffers.get(name)
+            if t is None or t.device.type != "cuda":
+                continue
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            host.copy_(t)  # the kernels require contiguous buffers, which TritonLinear already made
+            m._buffers[name] = host
+            moved += t.numel() * t.element_size()
+    return moved
+
+
+def host_mapped_tensors(model: torch.nn.Module) -> set[int]:
+    """``id()`` of every tensor of ``model`` that lives in pinned host memory for GPU kernels to
+    read in place (a mapped embedding table, mapped linears): host-resident, yet graph-safe."""
+    cls = _triton_linear_class()
+    out: set[int] = set()
+    for m in model.modules():
+        if isinstance(m, MappedHostEmbedding):
+            out.update(id(t) for t in m.buffers())
+        elif cls is not None and isinstance(m, cls):
+            out.update(id(t) for n, t in m._buffers.items()
+                       if n in MAPPED_BUFFERS and t is not None and t.device.type == "cpu" and t.is_pinned())
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # Computing on the CPU
 # ----------------------------------------------------------------------------------------------
 
@@ -382,22 +449,26 @@ class Placement:
 
     Call in build order: ``layer_device(i)`` to know where to prepare layer ``i``,
     ``wrap_layer(i, block)`` right after building it, ``embedding_device()`` /
-    ``wrap_embedding(module)`` for the table, and ``finish()`` once at the end.
+    ``wrap_embedding(module)`` for the table, ``lm_head_device()`` / ``wrap_lm_head(module)`` for
+    the head, and ``finish()`` once at the end.
     """
 
     def __init__(self, plan: Plan, device: torch.device | str) -> None:
         self.plan = plan
         self.device = torch.device(device)
-        self.cpu_layers = set(plan.cpu_layers) if plan.offload_mode in ("stream", "cpu") else set()
+        self.cpu_layers = set(plan.cpu_layers) if plan.offload_mode in ("stream", "mapped", "cpu") else set()
         self.mode = plan.offload_mode
         self.streamer = LayerStreamer(self.device) if self.mode == "stream" else None
         self.embedding_mapped = False  # the host-side table is read by the GPU itself (graph-safe)
+        # a mapped LM head is built on the GPU and computed there (its matrix read from host memory)
+        self.lm_head_mapped = bool(getattr(plan, "lm_head_mapped", False))
+        self.mapped_bytes = 0  # moved to pinned host memory by map_linears_to_host
 
     @property
     def graph_safe(self) -> bool:
         """Whether a decode step can be captured in a CUDA graph with this placement."""
-        return self.mode != "cpu" and self.plan.lm_head_device != "cpu" and (
-            self.plan.embedding_device != "cpu" or self.embedding_mapped)
+        head_ok = self.plan.lm_head_device != "cpu" or self.lm_head_mapped
+        return self.mode != "cpu" and head_ok and (self.plan.embedding_device != "cpu" or self.embedding_mapped)
 
     def layer_device(self, i: int) -> torch.device:
         return torch.device("cpu") if (self.mode == "cpu" and i in self.cpu_layers) else self.device
@@ -406,13 +477,16 @@ class Placement:
         return torch.device("cpu") if self.plan.embedding_device == "cpu" else self.device
 
     def lm_head_device(self) -> torch.device:
-        return torch.device("cpu") if self.plan.lm_head_device == "cpu" else self.device
+        return torch.device("cpu") if self.plan.lm_head_device == "cpu" and not self.lm_head_mapped else self.device
 
     def wrap_layer(self, i: int, block: torch.nn.Module) -> torch.nn.Module:
         if i not in self.cpu_layers:
             return block
         if self.mode == "cpu":
             return HostComputedLayer(block, self.device)
+        if self.mode == "mapped":  # the block itself, its matrices now read from host memory
+            self.mapped_bytes += map_linears_to_host(block)
+            return block
         assert self.streamer is not None
         return self.streamer.adopt(block)
 
@@ -425,24 +499,32 @@ class Placement:
         return HostEmbedding(embed, self.device)
 
     def wrap_lm_head(self, head: torch.nn.Module) -> torch.nn.Module:
+        if self.lm_head_mapped:
+            self.mapped_bytes += map_linears_to_host(head)
+            return head
         return HostComputedLayer(head, self.device, torch.float32) if self.plan.lm_head_device == "cpu" else head
 
     def finish(self) -> None:
         if self.streamer is not None:
             self.streamer.finish()
+        if self.mapped_bytes and self.device.type == "cuda":
+            torch.cuda.empty_cache()  # return the mapped matrices' former GPU copies to the driver
 
 
 # ----------------------------------------------------------------------------------------------
-# Measuring what decides between the two modes
+# Measuring what decides between the three modes
 # ----------------------------------------------------------------------------------------------
 
 
 def measure_offload_costs(device: torch.device | str = "cuda", rows: int = 4096, cols: int = 4096,
-                          h2d_bytes: int = 256 * 1024 * 1024, repeats: int = 5) -> OffloadCosts:
-    """Measure pinned host->device bandwidth, CPU ternary matvec throughput and one activation hop.
+                          h2d_bytes: int = 256 * 1024 * 1024, repeats: int = 5,
+                          mapped_bytes: int = 128 * 1024 * 1024) -> OffloadCosts:
+    """Measure pinned host->device bandwidth, CPU ternary matvec throughput, one activation hop and
+    (CUDA with Triton) the mapped read bandwidth.
 
     The CPU figure uses the fastest CPU linear backend on a random ternary ``rows x cols`` matrix
-    (packed bytes processed per second, batch 1), which is what a CPU-computed layer costs.
+    (packed bytes processed per second, batch 1), which is what a CPU-computed layer costs; the
+    mapped figure is :func:`measure_mapped_read` over ``mapped_bytes`` of packed matrix.
     """
     from runtime.kernels.linear import prepare_linear
     from runtime.synthetic import random_ternary
@@ -459,7 +541,8 @@ def measure_offload_costs(device: torch.device | str = "cuda", rows: int = 4096,
         times.append(time.perf_counter() - t0)
     cpu_bps = t.nbytes / statistics.median(times)
     if device.type != "cuda":
-        return OffloadCosts(h2d_bytes_per_s=float("inf"), cpu_bytes_per_s=cpu_bps, hop_s=0.0, measured=True)
+        return OffloadCosts(h2d_bytes_per_s=float("inf"), cpu_bytes_per_s=cpu_bps, hop_s=0.0, measured=True,
+                            mapped_bytes_per_s=float("inf"))
     host = torch.empty(h2d_bytes, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(h2d_bytes, dtype=torch.uint8, device=device)
     dev.copy_(host, non_blocking=True)
@@ -481,5 +564,39 @@ def measure_offload_costs(device: torch.device | str = "cuda", rows: int = 4096,
         torch.cuda.synchronize(device)
         hops.append(time.perf_counter() - t0)
     del host, dev
+    try:
+        mapped = measure_mapped_read(device, mapped_bytes, repeats)
+    except ImportError:  # no Triton: no mapped mode either; keep the assumed figure
+        mapped = None
     return OffloadCosts(h2d_bytes_per_s=h2d_bytes / statistics.median(h2d), cpu_bytes_per_s=cpu_bps,
-                        hop_s=statistics.median(hops), measured=True)
+                        hop_s=statistics.median(hops), measured=True, mapped_bytes_per_s=mapped)
+
+
+def measure_mapped_read(device: torch.device | str = "cuda", nbytes: int = 128 * 1024 * 1024,
+                        repeats: int = 5, cols: int = 4096, group_size: int = 128) -> float:
+    """Packed weight bytes per second a decode mat-vec gets from a t2 matrix in pinned host memory.
+
+    A random ``[~nbytes / row, cols]`` matrix (LM-head-like) is mapped and multiplied by one bf16
+    row through :func:`runtime.kernels.triton_linear.ternary_matvec`, with the launch config a
+    mapped layer gets, timed with CUDA events: exactly what a mapped layer costs per byte.
+    """
+    from runtime.kernels.triton_linear import ternary_matvec
+
+    device = torch.device(device)
+    row_bytes = cols // 4 + (cols // group_size) * 2
+    rows = max(1, nbytes // row_bytes)
+    codes = torch.empty(rows, cols // 4, dtype=torch.uint8, pin_memory=True)
+    codes.random_(0, 256)  # any bit pattern times the same
+    scales = torch.empty(rows, cols // group_size, dtype=torch.float16, pin_memory=True).fill_(0.01)
+    x = torch.randn(1, cols, device=device, dtype=torch.bfloat16)
+    ternary_matvec(x, codes, scales, group_size)  # compile outside the timing
+    torch.cuda.synchronize(device)
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        ternary_matvec(x, codes, scales, group_size)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return (codes.numel() + scales.numel() * 2) / statistics.median(times)

@@ -16,11 +16,14 @@ the table's VRAM (278-338 MB for the 27B) goes to context instead.
 Placement policy when the weights do not fit (cheapest loss first):
 1. the embedding table goes to the CPU (when it is not there already); with tied
    embeddings the table *is* the LM head, which is read in full every token, so it stays;
-2. whole decoder layers (the last ones, as one contiguous block) go to the CPU, either
+2. whole decoder layers (the last ones, as one contiguous block) go to host memory, either
    *streamed* to the GPU ahead of use (pinned host memory, two GPU staging slots, copies on a
-   side stream) or *computed* on the CPU (the hidden state crosses the bus twice per token);
-   which one is chosen from measured (or default) PCIe and CPU speeds, see :class:`OffloadCosts`;
-3. the LM head goes to the CPU as the last resort.
+   side stream), *mapped* (pinned host memory the GPU kernels read in place over the bus: no
+   staging slots, same kernels as a resident layer; CUDA with Triton only) or *computed* on the
+   CPU (the hidden state crosses the bus twice per token); which one is chosen from measured (or
+   default) PCIe and CPU speeds, see :class:`OffloadCosts`;
+3. the LM head leaves the GPU as the last resort: mapped (still computed on the GPU) in a mapped
+   plan, computed on the CPU otherwise.
 The context is then the largest multiple of 256 that fits, up to the model maximum and the cap.
 """
 
@@ -50,7 +53,11 @@ ALLOCATOR_SLACK_BYTES = 240 * MiB
 DEFAULT_PREFILL_CHUNK = 512
 SMALLER_PREFILL_CHUNKS = (256, 128, 64)  # tried, in order, when the default chunk cannot reach the context
 KV_DTYPES = {"fp16": 2, "bf16": 2, "int8": 1}
-OFFLOAD_MODES = ("none", "stream", "cpu")
+OFFLOAD_MODES = ("none", "stream", "mapped", "cpu")
+# Assumed share of the pinned host->device copy bandwidth that GPU kernels get reading pinned host
+# memory in place (zero-copy loads are smaller and less deep than a copy engine's DMA); an estimate
+# until :func:`runtime.offload.measure_offload_costs` measures it on the machine.
+MAPPED_READ_FRACTION = 0.8
 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -70,6 +77,15 @@ class ModelSizes:
     layer_bytes: list[int]  # weights of each decoder layer, in layer order
     other_bytes: int  # final norm and anything else outside layers
     largest_matrix_elems: int  # rows*cols of the largest in-layer matrix (prefill scratch)
+    # per layer, the bytes that are not packed ternary matrices (norms, dense projections, conv
+    # weights): what a *mapped* layer keeps on the GPU (its ternary matrices move to host memory)
+    layer_dense_bytes: list[int] = field(default_factory=list)
+    lm_head_ternary: bool = True  # the LM head (or the tied table) is packed ternary: it can be mapped
+
+    def mapped_layer_bytes(self, i: int) -> int:
+        """Bytes of layer ``i`` that leave the GPU when it is mapped (its packed ternary matrices)."""
+        dense = self.layer_dense_bytes[i] if i < len(self.layer_dense_bytes) else 0
+        return self.layer_bytes[i] - dense
 
     @property
     def tied(self) -> bool:
@@ -85,21 +101,33 @@ class ModelSizes:
 
     @classmethod
     def from_tensor_sizes(cls, cfg: ModelConfig, sizes: dict[str, tuple[int, int]]) -> ModelSizes:
-        """``sizes``: canonical tensor name -> (bytes, elements)."""
+        """``sizes``: canonical tensor name -> (bytes, elements).
+
+        A tensor with fewer bytes than elements is a packed ternary matrix (2 bits or less per
+        weight plus group scales); dense tensors take at least a byte per element.
+        """
         layers = [0] * cfg.num_layers
+        dense = [0] * cfg.num_layers
         emb = head = other = largest = 0
+        emb_ternary = head_ternary = True
         for name, (nbytes, elems) in sizes.items():
             m = _LAYER_RE.search(name)
             if m and int(m.group(1)) < cfg.num_layers:
                 layers[int(m.group(1))] += nbytes
+                if nbytes >= elems:
+                    dense[int(m.group(1))] += nbytes
                 largest = max(largest, elems)
             elif name.endswith("embed_tokens.weight"):
                 emb += nbytes
+                emb_ternary = nbytes < elems
             elif name.startswith("lm_head") or name.endswith("lm_head.weight"):
                 head += nbytes
+                head_ternary = nbytes < elems
             else:
                 other += nbytes
-        return cls(cfg, emb, 0 if cfg.tie_word_embeddings else head, layers, other, largest)
+        tied = cfg.tie_word_embeddings
+        return cls(cfg, emb, 0 if tied else head, layers, other, largest, dense,
+                   emb_ternary if tied else head_ternary)
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, group_size: int = 128, encoding: str = T2) -> ModelSizes:
@@ -240,11 +268,13 @@ def workspace_bytes(cfg: ModelConfig, prefill_chunk: int = DEFAULT_PREFILL_CHUNK
 
 @dataclass
 class OffloadCosts:
-    """Speeds that decide between streaming layers to the GPU and computing them on the CPU.
+    """Speeds that decide how layers in host memory run: streamed, mapped or computed on the CPU.
 
     ``h2d_bytes_per_s``: pinned host -> device copy bandwidth; ``cpu_bytes_per_s``: packed weight
     bytes per second the CPU backend gets through in a batch-1 matvec; ``hop_s``: one
-    activation round-trip GPU -> CPU -> GPU (latency-bound). Defaults are typical desktop values
+    activation round-trip GPU -> CPU -> GPU (latency-bound); ``mapped_bytes_per_s``: packed weight
+    bytes per second the GPU's mat-vec kernels read from pinned host memory in place (``None``:
+    assumed :data:`MAPPED_READ_FRACTION` of the copy bandwidth). Defaults are typical desktop values
     (PCIe 4.0 x16, a few cores); :func:`runtime.offload.measure_offload_costs` measures them.
     """
 
@@ -252,9 +282,18 @@ class OffloadCosts:
     cpu_bytes_per_s: float = 2e9
     hop_s: float = 100e-6
     measured: bool = False
+    mapped_bytes_per_s: float | None = None
+
+    @property
+    def mapped_rate(self) -> float:
+        """Bytes/s of mapped reads: measured, else the assumed share of the copy bandwidth."""
+        return self.mapped_bytes_per_s or MAPPED_READ_FRACTION * self.h2d_bytes_per_s
 
     def stream_seconds(self, nbytes: int) -> float:
         return nbytes / self.h2d_bytes_per_s
+
+    def mapped_seconds(self, nbytes: int) -> float:
+        return nbytes / self.mapped_rate
 
     def cpu_seconds(self, nbytes: int) -> float:
         return nbytes / self.cpu_bytes_per_s + (self.hop_s if nbytes else 0.0)
@@ -296,9 +335,9 @@ class Plan:
     max_context: int  # the model's own maximum
     gpu_layers: list[int]
     cpu_layers: list[int]
-    embedding_device: str  # "gpu" | "cpu"
-    lm_head_device: str  # "gpu" | "cpu"
-    offload_mode: str  # "none" | "stream" | "cpu"
+    embedding_device: str  # "gpu" | "cpu" (where the table's weights live)
+    lm_head_device: str  # "gpu" | "cpu" (where its weights live; see lm_head_mapped)
+    offload_mode: str  # "none" | "stream" | "mapped" | "cpu"
     kv_dtype: str
     prefill_chunk: int
     budget_bytes: int  # device memory this plan may use (context included)
@@ -306,6 +345,9 @@ class Plan:
     host_bytes: int  # weights (and KV of CPU-computed layers) kept in host RAM
     predicted_offload_s_per_token: float = 0.0
     reasons: list[str] = field(default_factory=list)
+    # the LM head's weights are in pinned host memory (lm_head_device "cpu") but the GPU computes it,
+    # reading them in place: a mapped plan's head, not a CPU-computed one
+    lm_head_mapped: bool = False
 
     @property
     def layers_on_gpu(self) -> int:
@@ -333,6 +375,7 @@ class Plan:
             "cpu_layer_indices": list(self.cpu_layers),
             "embedding_device": self.embedding_device,
             "lm_head_device": self.lm_head_device,
+            "lm_head_mapped": self.lm_head_mapped,
             "offload_mode": self.offload_mode,
             "kv_dtype": self.kv_dtype,
             "prefill_chunk": self.prefill_chunk,
@@ -353,7 +396,8 @@ class Plan:
             f"layers:            {self.layers_on_gpu} on GPU, {self.layers_on_cpu} on CPU"
             + (f" ({self.offload_mode})" if self.cpu_layers else ""),
             f"embedding:         {self.embedding_device}",
-            f"lm_head:           {self.lm_head_device}",
+            f"lm_head:           {self.lm_head_device}"
+            + (" (mapped: computed on the GPU, read from pinned host memory)" if self.lm_head_mapped else ""),
             f"KV cache:          {self.kv_dtype}",
             f"predicted peak:    {format_bytes(p.total)} = weights {format_bytes(p.weights)} + KV {format_bytes(p.kv_cache)}"
             + (f" + recurrent {format_bytes(p.recurrent_state)}" if p.recurrent_state else "")
@@ -392,10 +436,13 @@ def _fixed_gpu_bytes(s: ModelSizes, pl: _Placement, kv_dtype: str, ws: int) -> t
     weights = s.other_bytes
     host = 0
     for i, b in enumerate(s.layer_bytes):
-        if i in cpu:
-            host += b
-        else:
+        if i not in cpu:
             weights += b
+        elif pl.mode == "mapped":  # its packed matrices go to host memory, the rest stays
+            host += s.mapped_layer_bytes(i)
+            weights += b - s.mapped_layer_bytes(i)
+        else:
+            host += b
     if pl.embedding_gpu or (s.tied and pl.lm_head_gpu):
         weights += s.embedding_bytes
     else:
@@ -405,8 +452,10 @@ def _fixed_gpu_bytes(s: ModelSizes, pl: _Placement, kv_dtype: str, ws: int) -> t
             weights += s.lm_head_bytes
         else:
             host += s.lm_head_bytes
-    # The model's KV cache / recurrent state is one device allocation for all layers (streamed
-    # layers use it; CPU-computed layers keep a host copy of their own, counted in host bytes)
+    elif _head_mapped(s, pl):  # tied: the mapped head is its own pinned copy next to the table's
+        host += s.embedding_bytes
+    # The model's KV cache / recurrent state is one device allocation for all layers (streamed and
+    # mapped layers use it; CPU-computed layers keep a host copy of their own, counted in host bytes)
     on_gpu = list(range(cfg.num_layers))
     attn_gpu = sum(1 for i in on_gpu if _layer_is_attention(cfg, i))
     rec_layers = sum(1 for i in on_gpu if not _layer_is_attention(cfg, i))
@@ -416,6 +465,49 @@ def _fixed_gpu_bytes(s: ModelSizes, pl: _Placement, kv_dtype: str, ws: int) -> t
     br = MemoryBreakdown(weights=weights, recurrent_state=rec_layers * recurrent_state_bytes_per_layer(cfg),
                          workspace=ws, offload_staging=staging)
     return br, kv_bytes_per_token(cfg, kv_dtype, layers=attn_gpu), host
+
+
+def _layers_seconds(s: ModelSizes, costs: OffloadCosts, pl: _Placement) -> float:
+    """Per-token cost of a placement's host-resident layers in its offload mode (LM head apart)."""
+    if pl.mode == "mapped":
+        return costs.mapped_seconds(sum(s.mapped_layer_bytes(i) for i in pl.cpu_layers))
+    nbytes = sum(s.layer_bytes[i] for i in pl.cpu_layers)
+    return costs.cpu_seconds(nbytes) if pl.mode == "cpu" else costs.stream_seconds(nbytes)
+
+
+def _versus(s: ModelSizes, costs: OffloadCosts, chosen: _Placement, rivals: list[_Placement | str]) -> str:
+    """" vs ..." naming what each other offload mode would have cost (a mode given by name did not
+    reach the context at all), or "" when no other mode was considered."""
+    rate = {"stream": f"{costs.h2d_bytes_per_s / 1e9:.0f} GB/s through two staging slots",
+            "mapped": f"{costs.mapped_rate / 1e9:.0f} GB/s", "cpu": f"{costs.cpu_bytes_per_s / 1e9:.1f} GB/s"}
+    verb = {"stream": "streaming", "mapped": "reading in place", "cpu": "computing on the CPU"}
+    parts = []
+    for r in rivals:
+        if isinstance(r, str):
+            parts.append(f"{verb[r]} would not fit")
+            continue
+        n = len(r.cpu_layers)
+        layers = f"{n} layers" if n != len(chosen.cpu_layers) else "them"
+        what = {"stream": f"streaming {layers}", "mapped": f"reading {layers} in place",
+                "cpu": f"computing {layers} on the CPU"}[r.mode]
+        parts.append(f"~{_layers_seconds(s, costs, r) * 1e3:.1f} ms/token {what} at {rate[r.mode]}")
+    return f" vs {', '.join(parts)}" if parts else ""
+
+
+def _head_mapped(s: ModelSizes, pl: _Placement) -> bool:
+    """The LM head is off the GPU in a mapped plan and packed ternary: the GPU reads it in place."""
+    return pl.mode == "mapped" and not pl.lm_head_gpu and s.lm_head_ternary
+
+
+def _mapped_load_peak(s: ModelSizes, pl: _Placement) -> int:
+    """Extra device bytes while loading a mapped plan: a mapped layer (or the LM head) is prepared on
+    the GPU like a resident one and only then moved to host memory, one at a time."""
+    if pl.mode != "mapped":
+        return 0
+    peak = max((s.mapped_layer_bytes(i) for i in pl.cpu_layers), default=0)
+    if _head_mapped(s, pl):
+        peak = max(peak, s.lm_head_bytes or s.embedding_bytes)
+    return peak
 
 
 def _max_context(avail_for_kv: int, kv_per_token: int, cap: int) -> int:
@@ -444,25 +536,34 @@ def plan_memory(
     prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
     host_memory: int | None = None,
     host_embedding: bool | None = None,
+    mapped: bool | None = None,
+    offload_modes: tuple[str, ...] | None = None,
 ) -> Plan:
     """Plan placement and context for ``model`` on a GPU with ``device_memory`` bytes.
 
     ``device_memory`` is what this process may use on the card, CUDA context included (a card's
     free memory, or the size of a hypothetical card). ``max_vram`` caps it further. The context
     aims for ``min(ctx_cap, model max, min_context)`` first (offloading if needed to reach it), then
-    grows to the largest that fits. ``offload_mode`` forces "stream" or "cpu"; by default the
-    cheaper one per token under ``offload_costs`` is chosen. For ``device="cpu"`` everything is on
-    the CPU and only host RAM limits the context. ``host_embedding`` keeps an untied embedding
-    table in host memory even when it would fit (default: yes for a GPU device; pass False for a
-    GPU whose kernels cannot read host memory). Raises :class:`OutOfMemoryError` when nothing
-    fits, with the numbers.
+    grows to the largest that fits. ``offload_mode`` forces "stream", "mapped" or "cpu";
+    ``offload_modes`` limits the choice to some of them; by default the cheapest per token under
+    ``offload_costs`` is chosen. For ``device="cpu"`` everything is on the CPU and only host RAM
+    limits the context. ``host_embedding`` keeps an untied embedding table in host memory even when
+    it would fit, and ``mapped`` offers the mapped mode (both default: yes for a GPU device, which a
+    ``--gpu-memory`` card is assumed to be; pass False for a GPU whose kernels cannot read host
+    memory, i.e. without Triton). Raises :class:`OutOfMemoryError` when nothing fits, with the numbers.
     """
     s = _as_sizes(model)
     cfg = s.config
     if kv_dtype not in KV_DTYPES:
         raise ValueError(f"unknown KV cache type {kv_dtype!r}; choose one of {', '.join(KV_DTYPES)}")
-    if offload_mode is not None and offload_mode not in ("stream", "cpu"):
-        raise ValueError(f"offload mode must be 'stream' or 'cpu', got {offload_mode!r}")
+    if mapped is None:
+        mapped = device not in ("cpu", "mps")
+    if offload_mode is not None:
+        offload_modes = (offload_mode,)
+    modes = list(offload_modes or [m for m in ("stream", "mapped", "cpu") if m != "mapped" or mapped])
+    bad = [m for m in modes if m not in OFFLOAD_MODES[1:]]
+    if bad or not modes:
+        raise ValueError(f"offload mode must be 'stream', 'mapped' or 'cpu', got {(bad or [''])[0]!r}")
     model_max = cfg.max_position_embeddings
     cap = model_max if not ctx_cap else min(ctx_cap, model_max)
     cap = max(CTX_ALIGN, (cap // CTX_ALIGN) * CTX_ALIGN)
@@ -475,6 +576,8 @@ def plan_memory(
     if device in ("cpu", "mps") or (device_memory is None and max_vram is None):
         return _plan_host(s, device, cap, kv_dtype, ws, host_memory, prefill_chunk)
 
+    if "mapped" in modes and not mapped:
+        raise ValueError("mapped offload needs a CUDA GPU whose Triton kernels read host memory")
     budget = device_memory if device_memory is not None else max_vram
     assert budget is not None
     if max_vram is not None and max_vram < budget:
@@ -494,6 +597,8 @@ def plan_memory(
     def evaluate(pl: _Placement, want: int) -> tuple[int, MemoryBreakdown, int, int]:
         br, kvpt, host = _fixed_gpu_bytes(s, pl, kv_dtype, ws)
         ctx = _max_context(avail - br.allocated, kvpt, want)
+        if br.weights + _mapped_load_peak(s, pl) > avail:  # a mapped part is built on the GPU first
+            ctx = 0
         host_kvpt = _host_kv_per_token(pl)
         if host_memory is not None and host_kvpt:  # CPU-computed layers keep their KV in RAM
             ctx = min(ctx, _max_context(int(host_memory * 0.9) - host, host_kvpt, want))
@@ -507,11 +612,17 @@ def plan_memory(
     groups: list[list[_Placement]] = [] if host_embedding else [[_Placement([], True, True, "none")]]
     if not s.tied:
         groups.append([_Placement([], False, True, "none")])
-    modes = [offload_mode] if offload_mode else ["stream", "cpu"]
     emb_gpu = s.tied  # tied: the table is the LM head
+
+    def offered(layers: list[int]) -> list[str]:
+        # mapping a layer without packed ternary matrices (dense weights) would move nothing
+        return [m for m in modes if m != "mapped" or all(s.mapped_layer_bytes(i) > 0 for i in layers)]
+
     for n in range(1, cfg.num_layers + 1):
-        groups.append([_Placement(all_layers[cfg.num_layers - n:], emb_gpu, True, m) for m in modes])
-    groups.append([_Placement(all_layers, False, False, m) for m in modes])
+        layers = all_layers[cfg.num_layers - n:]
+        groups.append([_Placement(layers, emb_gpu, True, m) for m in offered(layers)])
+    groups.append([_Placement(all_layers, False, False, m) for m in offered(all_layers)])
+    groups = [g for g in groups if g]
     candidates = [c for g in groups for c in g]
 
     def speed_key(pl: _Placement) -> float:
@@ -519,11 +630,18 @@ def plan_memory(
         head = 0 if pl.lm_head_gpu else (s.lm_head_bytes or s.embedding_bytes)
         if pl.mode == "cpu":
             return costs.cpu_seconds(nbytes + head)
+        if pl.mode == "mapped":
+            layers = costs.mapped_seconds(sum(s.mapped_layer_bytes(i) for i in pl.cpu_layers))
+            if _head_mapped(s, pl) or not head:
+                return layers + costs.mapped_seconds(head)
+            return layers + costs.cpu_seconds(head)
         return costs.stream_seconds(nbytes) + (costs.cpu_seconds(head) if head else 0.0)
 
     # per offload mode, the first (least offload) placement that reaches the target context;
     # then the faster of those under the offload costs (CPU compute frees KV memory too, so it
     # may need fewer CPU layers than streaming, yet still be slower per token)
+    rivals: dict[str, _Placement] = {}  # the last search's placement per offload mode (for the reasons)
+
     def search(want: int) -> _Placement | None:
         found: list[_Placement] = []
         for group in groups:
@@ -533,6 +651,8 @@ def plan_memory(
             found += [c for c in fitting if c.mode not in {x.mode for x in found}]
             if {c.mode for c in found} >= set(modes) or found[0].mode == "none":
                 break
+        rivals.clear()
+        rivals.update({c.mode: c for c in found})
         return min(found, key=speed_key) if found else None
 
     # A smaller prompt chunk needs less prefill activation memory, but it changes the prefill's GEMM
@@ -561,7 +681,8 @@ def plan_memory(
         chosen, chunk = search_chunks(want)
     if chosen is None:
         ws = workspace_bytes(cfg, chunks[-1], s.largest_matrix_elems)  # the least any plan needs
-        br, kvpt, _ = _fixed_gpu_bytes(s, candidates[-1], kv_dtype, ws)
+        most = candidates[-1] if candidates else _Placement(all_layers, False, False, "stream")
+        br, kvpt, _ = _fixed_gpu_bytes(s, most, kv_dtype, ws)
         raise OutOfMemoryError(
             f"{cfg.arch} model does not fit in {format_bytes(budget)} of device memory even with every layer "
             f"on the CPU: needs {format_bytes(br.allocated + cuda_context_bytes + margin + CTX_ALIGN * kvpt)} "
@@ -601,19 +722,34 @@ def plan_memory(
         reasons.append(
             f"Weights do not fit with {target} tokens of context: layers {lo}-{hi} ({len(chosen.cpu_layers)} of "
             f"{cfg.num_layers}, {format_bytes(nbytes)}) stay in host memory.")
-        st, cp = costs.stream_seconds(nbytes), costs.cpu_seconds(nbytes)
+        mbytes = sum(s.mapped_layer_bytes(i) for i in chosen.cpu_layers)
         how = "measured" if costs.measured else "assumed"
+        versus = _versus(s, costs, chosen, [rivals.get(m) or m for m in modes if m != chosen.mode])
+        layer_s = _layers_seconds(s, costs, chosen)
         if chosen.mode == "stream":
             reasons.append(
                 f"They are streamed to the GPU ahead of use through two staging slots ({format_bytes(br.offload_staging)}): "
-                f"~{st * 1e3:.1f} ms/token at {costs.h2d_bytes_per_s / 1e9:.0f} GB/s host->device vs ~{cp * 1e3:.1f} ms/token "
-                f"computing them on the CPU ({how} speeds).")
+                f"~{layer_s * 1e3:.1f} ms/token at {costs.h2d_bytes_per_s / 1e9:.0f} GB/s host->device{versus} "
+                f"({how} speeds).")
+        elif chosen.mode == "mapped":
+            reasons.append(
+                f"Their packed matrices ({format_bytes(mbytes)}) stay in pinned host memory and the GPU reads them in place "
+                f"every token (zero-copy, no staging slots, so that VRAM goes to layers and context): "
+                f"~{layer_s * 1e3:.1f} ms/token at {costs.mapped_rate / 1e9:.0f} GB/s{versus} ({how} speeds). "
+                "The same GPU kernels run as for a resident layer, so the output matches the full-GPU run and "
+                "decoding stays one CUDA graph.")
         else:
             reasons.append(
-                f"They are computed on the CPU: ~{cp * 1e3:.1f} ms/token at {costs.cpu_bytes_per_s / 1e9:.1f} GB/s vs "
-                f"~{st * 1e3:.1f} ms/token streaming at {costs.h2d_bytes_per_s / 1e9:.0f} GB/s ({how} speeds); they keep their own KV "
-                "cache in host RAM.")
-    if not chosen.lm_head_gpu:
+                f"They are computed on the CPU: ~{layer_s * 1e3:.1f} ms/token at {costs.cpu_bytes_per_s / 1e9:.1f} GB/s"
+                f"{versus} ({how} speeds); they keep their own KV cache in host RAM.")
+    head_mapped = _head_mapped(s, chosen)
+    if head_mapped:
+        head_bytes = s.lm_head_bytes or s.embedding_bytes
+        reasons.append(
+            f"The LM head ({format_bytes(head_bytes)}) had to leave the GPU too: it stays in pinned host memory and the "
+            f"GPU reads it in place (~{costs.mapped_seconds(head_bytes) * 1e3:.1f} ms/token), so it is still computed on "
+            "the GPU.")
+    elif not chosen.lm_head_gpu:
         reasons.append("Even the LM head had to stay on the CPU; decoding will be slow.")
     kv_note = f"{kvpt} B/token" + (" (full-attention layers only)" if cfg.layer_types else "")
     if ctx >= cap:
@@ -632,7 +768,7 @@ def plan_memory(
         cpu_layers=list(chosen.cpu_layers), embedding_device="gpu" if chosen.embedding_gpu or (s.tied and chosen.lm_head_gpu) else "cpu",
         lm_head_device="gpu" if chosen.lm_head_gpu else "cpu", offload_mode=chosen.mode if chosen.cpu_layers else "none",
         kv_dtype=kv_dtype, prefill_chunk=chunk, budget_bytes=budget, predicted=br, host_bytes=host,
-        predicted_offload_s_per_token=offload_s, reasons=reasons,
+        predicted_offload_s_per_token=offload_s, reasons=reasons, lm_head_mapped=head_mapped,
     )
 
 
@@ -697,7 +833,7 @@ def plan_for_this_machine(model: ModelData | ModelConfig | ModelSizes, *, device
     """Plan against the real hardware (or a hypothetical ``gpu_memory`` card); what the CLI/GUI call."""
     from runtime import devices
 
-    if gpu_memory is not None:  # a card we cannot see: assumed able to run the Triton kernels
+    if gpu_memory is not None:  # a card we cannot see: assumed able to run the Triton kernels (mapped too)
         return plan_memory(model, gpu_memory, device="hypothetical", max_vram=max_vram, **kw)
     rep = devices.detect()
     if device == "auto":
@@ -711,7 +847,9 @@ def plan_for_this_machine(model: ModelData | ModelConfig | ModelSizes, *, device
         # --max-vram emulates a smaller card: charge that card's typical context, not this one's
         kw.setdefault("cuda_context_bytes", DEFAULT_CUDA_CONTEXT_BYTES if max_vram is not None
                       else cuda_context_estimate(gpu.multiprocessors))
-        kw.setdefault("host_embedding", devices.triton_supported(gpu.capability))  # the GPU gathers host rows
+        reads_host = devices.triton_supported(gpu.capability)  # Triton kernels read pinned host memory
+        kw.setdefault("host_embedding", reads_host)  # the GPU gathers host rows
+        kw.setdefault("mapped", reads_host)  # ... and reads mapped layers' matrices
         return plan_memory(model, usable, device=f"cuda:{idx}", max_vram=max_vram,
                            host_memory=rep.ram_available_bytes, **kw)
     return plan_memory(model, None, device=device if device != "mps" else "mps", host_memory=rep.ram_available_bytes, **kw)

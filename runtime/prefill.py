@@ -32,7 +32,9 @@ all of this in eager mode on the CPU.
 
 Not graph-captured (plain eager forward, the engine's previous path): CPU models, anything that
 is not a :class:`Qwen3Model` with every layer a plain :class:`Qwen3Block` on the model's CUDA
-device (offloaded / streamed layers, host embedding or LM head), chunks longer than the largest
+device (streamed or CPU-computed layers, a CPU-gathered embedding or CPU-computed LM head; mapped
+layers, LM head and embedding are fine: their pinned host matrices are read by the same kernels
+inside the graph), chunks longer than the largest
 bucket, single-token chunks, a chunk whose padding would have to share the cache's last slot
 with a real token, and everything after a capture failed (``fallback_reason`` says why).
 """
@@ -129,11 +131,12 @@ def graph_unsupported_reason(model: Any) -> str | None:
     dev = torch.device(model.device)
     if dev.type != "cuda":
         return "prefill graphs need a CUDA device"
-    from runtime.offload import MappedHostEmbedding
+    from runtime.offload import host_mapped_tensors
 
     index = dev.index if dev.index is not None else torch.cuda.current_device()  # "cuda" means this one
-    # a pinned host table the GPU gathers from itself (zero-copy) is as graph-safe as a device buffer
-    mapped = {id(t) for m in model.modules() if isinstance(m, MappedHostEmbedding) for t in m.buffers()}
+    # pinned host memory the GPU kernels read themselves (zero-copy: a mapped embedding table, mapped
+    # layers' and LM head's matrices) is as graph-safe as a device buffer
+    mapped = host_mapped_tensors(model)
     for name, t in list(model.named_buffers()) + list(model.named_parameters()):
         if id(t) in mapped:
             continue

@@ -21,7 +21,8 @@ ZH: dict[str, str] = {
     "Could not create the models folder: %1": "无法创建模型文件夹：%1",
     "Automatic (planner decides)": "自动（由规划器决定）",
     "Stream layers to the GPU": "将层流式传输到 GPU",
-    "When a model does not fit in VRAM, some layers stay in RAM: either their weights are streamed to the GPU for every token, or the CPU computes them. Automatic picks the faster one per token.": "模型放不进显存时，部分层留在内存中：要么每个词元都把它们的权重流式传输到 GPU，要么由 CPU 计算。自动会选择每个词元更快的方式。",
+    "Read layers from host memory (zero-copy)": "由 GPU 直接从内存读取层（零拷贝）",
+    "When a model does not fit in VRAM, some layers stay in RAM: their weights are streamed to the GPU for every token, or the GPU reads them in place from RAM (zero-copy: no staging buffers, same results as with everything in VRAM), or the CPU computes them. Automatic picks the fastest one per token.": "模型放不进显存时，部分层留在内存中：要么每个词元都把它们的权重流式传输到 GPU，要么由 GPU 直接从内存中读取（零拷贝：无需中转缓冲区，结果与全部放在显存中时相同），要么由 CPU 计算。自动会选择每个词元最快的方式。",
     "This engine version does not offer an offload choice.": "此版本的引擎不提供卸载方式的选择。",
     "Offload applies to GPUs: it decides how layers that do not fit in VRAM run. This computer has no usable GPU, so every layer runs on the CPU.": "卸载仅适用于 GPU：它决定放不进显存的层如何运行。本机没有可用的 GPU，因此所有层都在 CPU 上运行。",
     "Now: %1": "当前：%1",
@@ -41,6 +42,7 @@ ZH: dict[str, str] = {
     "New downloads go to %1. Models already in %2 stay there; import them from Models… → Import if you want to use them.": "新的下载将保存到 %1。%2 中已有的模型保留在原处；如需使用，请在“模型…”→“导入”中导入它们。",
     "offloaded layers streamed to the GPU": "卸载的层流式传输到 GPU",
     "offloaded layers computed on the CPU": "卸载的层在 CPU 上计算",
+    "offloaded layers read by the GPU from host memory": "卸载的层由 GPU 直接从内存读取",
     "%1 is not a model: use a .gguf or .ternary file or a Hugging Face folder.":
         "%1 不是模型：请使用 .gguf 或 .ternary 文件，或 Hugging Face 模型文件夹。",
     "%1 model(s) already on this computer: pick one in the model picker above.":

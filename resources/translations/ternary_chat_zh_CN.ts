@@ -245,6 +245,10 @@
             <translation>卸载的层流式传输到 GPU</translation>
         </message>
         <message>
+            <source>offloaded layers read by the GPU from host memory</source>
+            <translation>卸载的层由 GPU 直接从内存读取</translation>
+        </message>
+        <message>
             <source>offloaded layers computed on the CPU</source>
             <translation>卸载的层在 CPU 上计算</translation>
         </message>
@@ -1156,10 +1160,6 @@
             <translation>将层流式传输到 GPU</translation>
         </message>
         <message>
-            <source>When a model does not fit in VRAM, some layers stay in RAM: either their weights are streamed to the GPU for every token, or the CPU computes them. Automatic picks the faster one per token.</source>
-            <translation>模型放不进显存时，部分层留在内存中：要么每个词元都把它们的权重流式传输到 GPU，要么由 CPU 计算。自动会选择每个词元更快的方式。</translation>
-        </message>
-        <message>
             <source>This engine version does not offer an offload choice.</source>
             <translation>此版本的引擎不提供卸载方式的选择。</translation>
         </message>
@@ -1230,6 +1230,14 @@
         <message>
             <source>Compute offloaded layers on the CPU</source>
             <translation>在 CPU 上计算卸载的层</translation>
+        </message>
+        <message>
+            <source>Read layers from host memory (zero-copy)</source>
+            <translation>由 GPU 直接从内存读取层（零拷贝）</translation>
+        </message>
+        <message>
+            <source>When a model does not fit in VRAM, some layers stay in RAM: their weights are streamed to the GPU for every token, or the GPU reads them in place from RAM (zero-copy: no staging buffers, same results as with everything in VRAM), or the CPU computes them. Automatic picks the fastest one per token.</source>
+            <translation>模型放不进显存时，部分层留在内存中：要么每个词元都把它们的权重流式传输到 GPU，要么由 GPU 直接从内存中读取（零拷贝：无需中转缓冲区，结果与全部放在显存中时相同），要么由 CPU 计算。自动会选择每个词元最快的方式。</translation>
         </message>
         <message>
             <source>Current layer placement</source>

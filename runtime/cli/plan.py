@@ -25,8 +25,9 @@ def register(sub: Any) -> None:
     p.add_argument("--gpu-memory", metavar="BYTES", help="plan for a hypothetical GPU of this size (works without a GPU)")
     p.add_argument("--ctx", type=int, metavar="N", help="cap the context length")
     add_kv_cache_option(p)
-    p.add_argument("--offload", choices=["auto", "stream", "cpu"], default="auto",
-                   help="how host-resident layers run (default: the faster one for this machine)")
+    p.add_argument("--offload", choices=["auto", "stream", "mapped", "cpu"], default="auto",
+                   help="how host-resident layers run: streamed to the GPU, mapped (read by the GPU in place) "
+                        "or computed on the CPU (default: the fastest one for this machine)")
     p.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=run)

@@ -1052,6 +1052,12 @@ def _check(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_siz
     return n, k
 
 
+def is_mapped(t: torch.Tensor) -> bool:
+    """A weight outside device memory, i.e. pinned host memory the kernels read over the bus
+    (``runtime.offload`` mapped mode); in the interpreter every tensor is on the CPU, none mapped."""
+    return not INTERPRET and t.device.type != "cuda"
+
+
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     x2 = x.reshape(-1, x.shape[-1])
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
@@ -1225,7 +1231,11 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8 or c in _QUICK_Q3] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
-    if torch.cuda.is_current_stream_capturing():  # cannot measure inside a capture: safe default
+    # Not measured: inside a capture (impossible), or for a mapped weight (pinned host memory read over
+    # the bus): timing it would time PCIe, and a config picked for the bus could round differently from
+    # the one this matrix gets when resident. The first candidate is used and not remembered, so a
+    # resident matrix of the same shape still tunes (and a later mapped call then follows it).
+    if is_mapped(w) or torch.cuda.is_current_stream_capturing():
         return cands[0]
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     best, best_t = cands[0], float("inf")
@@ -1306,8 +1316,9 @@ def ternary_dequantize(codes: torch.Tensor, scales: torch.Tensor, group_size: in
     n, groups = scales.shape
     k = groups * group_size
     _check(torch.empty(0, k, device="meta"), codes, scales, group_size, encoding)
-    if out is None:
-        out = torch.empty(n, k, dtype=dtype, device=codes.device)
+    if out is None:  # a mapped matrix (pinned host memory) is dequantized into device memory
+        dev = torch.device("cuda", torch.cuda.current_device()) if is_mapped(codes) else codes.device
+        out = torch.empty(n, k, dtype=dtype, device=dev)
     bn, bk = (16, group_size) if INTERPRET else (64 if group_size <= 128 else 32, group_size)
     t3 = encoding == T3
     grid = (triton.cdiv(n, bn), triton.cdiv(k, bk))
@@ -1359,6 +1370,8 @@ def _prefill_choice(x2, codes, scales, group_size, encoding, y2, r2) -> tuple:
     choice = _tuned.get(key)
     if choice is not None:
         return (choice[0], tuple(choice[1]) if choice[1] else None)
+    if is_mapped(codes):  # not timed over the bus (see _gemv_config); dequantize reads each byte once
+        return ("dequant", None)
     y = torch.empty_like(y2)
     best, best_t = ("dequant", None), _bench(lambda: _dequant_matmul(x2, codes, scales, group_size, encoding, y, None))
     for cfg in _MM_CANDIDATES:

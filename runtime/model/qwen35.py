@@ -324,9 +324,9 @@ class Qwen35Model(PreparedModel):
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
                  progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None,
                  fused_kernels: bool | None = None, placement: Any = None, use_fla: bool | None = None) -> None:
-        """``placement`` (a :class:`runtime.offload.Placement`): streamed layers and a host-side
-        embedding / LM head are supported; CPU-computed layers are not (the DeltaNet state and the
-        rotation live on the GPU), and are refused."""
+        """``placement`` (a :class:`runtime.offload.Placement`): streamed or mapped layers and a
+        host-side embedding / LM head are supported; CPU-computed layers are not (the DeltaNet state
+        and the rotation live on the GPU), and are refused."""
         super().__init__()
         if config.arch != ARCH:
             raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3.5-family hybrid")
@@ -417,7 +417,7 @@ class Qwen35Model(PreparedModel):
                 if placement.layer_device(i) != device:
                     raise UnsupportedModelError(
                         "this plan computes some layers on the CPU, which the hybrid (qwen35) model does not "
-                        "support; use streamed offload (the default) or --device cpu")
+                        "support; use streamed or mapped offload or --device cpu")
                 layer = placement.wrap_layer(i, layer)
             layers.append(layer)
             if progress is not None:

@@ -2,7 +2,9 @@
 # One device call (stages in $STAGES, run in order): env (versions, PDL on?), GPU tests ($TESTS), decode-attention
 # configs at the 27B's head_dim 256, the 27B (ptq1 and t2) through the engine with every mat-vec candidate timed
 # (tune: TERNARY_KERNELS_TUNE=full; the winners land in $OUT/kfull/*.json for runtime/kernels/tuned), and engine
-# runs (engine, or engine:MODEL+MODEL) with $CONFIGS_PTQ1 / $CONFIGS_T2 (the latter for every t2 model).
+# runs (engine, or engine:MODEL+MODEL) with $CONFIGS_PTQ1 / $CONFIGS_T2 (the latter for every t2 model), or
+# engine:MODEL=CONFIGS+MODEL=CONFIGS with the configurations named inline, optionally @CTX (e.g.
+# engine:bonsai-8b=full,2GiB,1GiB@1024).
 # Usage: DEADLINE=540 STAGES="env engine:bonsai-8b tests" bash scripts/gpu/call_27b_tune.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/call27b}; mkdir -p "$OUT"
@@ -50,12 +52,15 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_d
            for m in ${ms//+/ }; do
              L=$(left); [ "$L" -lt 50 ] && continue
              C=$([ $m = bonsai-27b-ptq1 ] && echo "${CONFIGS_PTQ1:-full,gpuemb,6GiB}" || echo "${CONFIGS_T2:-full,gpuemb}")
+             X=""
+             case $m in *=*) C=${m#*=}; m=${m%%=*} ;; esac  # engine:MODEL=CONFIGS names the configs inline
+             case $C in *@*) X="--ctx ${C#*@}"; C=${C%%@*} ;; esac  # ...and CONFIGS@CTX a context length
              ES=$(( L - 5 < ${ENGINE_S:-9999} ? L - 5 : ${ENGINE_S:-9999} ))
              TERNARY_KERNELS_CACHE=$OUT/kcache timeout $ES python3 scripts/gpu/engine_27b.py --out "$OUT/e_$m" \
-               --model $m --configs $C --gen ${GEN:-64} > "$OUT/e_$m.log" 2>&1; rc=$?
+               --model $m --configs $C --gen ${GEN:-64} $X > "$OUT/e_$m.log" 2>&1; rc=$?
              stamp "engine $m rc=$rc"; grep '^{' "$OUT/e_$m.log" | python3 -c "
 import sys, json
-keep = ('config', 'pdl', 'graph_prefill', 'decode_tok_s', 'decode_tok_s_runs', 'ttft_ms', 'ttft_ms_runs', 'prefill_tok_s', 'max_allocated_GB',
+keep = ('config', 'pdl', 'chain', 'graph_prefill', 'plan', 'decode_tok_s', 'decode_tok_s_runs', 'ttft_ms', 'ttft_ms_runs', 'prefill_tok_s', 'max_allocated_GB',
         'same_tokens_every_run', 'tokens_equal_first_config', 'graph_decode', 'load_s', 'error')
 for l in sys.stdin:
     r = json.loads(l); print({k: r[k] for k in keep if k in r})"; grep -v '^{' "$OUT/e_$m.log" | tail -5 | cut -c1-300

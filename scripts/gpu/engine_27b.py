@@ -3,7 +3,8 @@ the app runs), one device call.
 
 Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``;
 ``gpuemb``: no cap with the embedding table kept on the GPU; ``nopdl``: no cap, kernels launched
-without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
+without programmatic dependent launch; ``chain`` / ``nochain``: no cap, int8 decode activations handed from
+kernel to kernel (``runtime.kernels.triton_chain``) or a quantisation launch before every mat-vec; ``gprefill``: no cap, graph-captured prefill
 (the default; forced on), ``eprefill``: the same with it forced off; for side-by-sides in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
 host memory so the load is the engine's own), one warm-up answer, then ``--runs`` greedy answers to
@@ -34,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 T0 = time.perf_counter()
-NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill")  # configurations without a VRAM cap
+NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill", "nochain", "chain")  # configurations without a VRAM cap
 
 
 def log(msg: str) -> None:
@@ -82,6 +83,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--decode-activations", default="int8")
     ap.add_argument("--prefill-chunk", type=int, default=0, help="override the engine's prompt chunk (0: default)")
+    ap.add_argument("--write-gguf", default="", help="also write these exact weights as GGUF Q2_0 g64 (for llama-bench), "
+                    "in a background thread while the engine runs")
     a = ap.parse_args()
     if a.prefill_chunk:
         import runtime.engine as engine_mod
@@ -90,10 +93,24 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     md = synthetic_on_host(a.model)
     log("synthetic model generated and moved to host memory")
+    writer = None
+    if a.write_gguf:
+        import threading
+
+        from runtime.formats.gguf_writer import write_gguf
+
+        def write() -> None:
+            t = time.perf_counter()
+            write_gguf(md, a.write_gguf, "Q2_0")
+            log(f"wrote {a.write_gguf} ({Path(a.write_gguf).stat().st_size / 2**30:.2f} GiB) in {time.perf_counter() - t:.0f} s")
+
+        writer = threading.Thread(target=write, daemon=True)
+        writer.start()
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(1000, md.config.vocab_size - 1000, (a.prompt_tokens,), generator=g).tolist()
     s = GenerationSettings(temperature=0.0, max_new_tokens=a.gen, ignore_eos=True, enable_thinking=False)
     results, ref_tokens = [], None
+    chain_default = os.environ.get("TERNARY_CHAIN", "0")  # read by the engine when it builds its decode step
     for cfg in a.configs.split(","):
         r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen,
                    "prefill_chunk": a.prefill_chunk or "default"}
@@ -107,10 +124,12 @@ def main() -> int:
             if cfg == "gpuemb":  # no cap, but the embedding table on the GPU (the pre-host-embedding default)
                 planner_mod.plan_for_this_machine = functools.partial(plan_fn, host_embedding=False)
             pdl.set_enabled(False if cfg == "nopdl" else None)
+            os.environ["TERNARY_CHAIN"] = "0" if cfg == "nochain" else "1" if cfg == "chain" else chain_default
             if cfg in ("gprefill", "eprefill"):
                 os.environ["TERNARY_GRAPH_PREFILL"] = "1" if cfg == "gprefill" else "0"
             r["graph_prefill"] = graph_prefill_enabled()  # the engine's own reading (Qwen3 dense models only)
             r["pdl"] = pdl.enabled()
+            r["chain"] = os.environ["TERNARY_CHAIN"] == "1"
             try:
                 eng = Engine.load(md, device="cuda", context_length=a.ctx,
                                   max_vram_bytes=None if cfg in NO_CAP else parse_bytes(cfg),
@@ -161,6 +180,8 @@ def main() -> int:
         print(json.dumps(r), flush=True)
         results.append(r)
     (out / "engine_27b.json").write_text(json.dumps(results, indent=1))
+    if writer is not None:
+        writer.join()
     return 0
 
 

@@ -11,7 +11,7 @@ from runtime.model.config import SYNTHETIC_CONFIGS
 GIB = 1024**3
 
 
-@pytest.mark.parametrize("mode", ["stream", "cpu"])
+@pytest.mark.parametrize("mode", ["stream", "mapped", "cpu"])
 def test_plan_memory_gives_the_offload_mode_asked_under_a_small_gpu_budget(mode):
     cfg = SYNTHETIC_CONFIGS["bonsai-8b"]
     plan = planner.plan_memory(cfg, 2 * GIB, device="hypothetical", offload_mode=mode)
@@ -32,9 +32,11 @@ def test_engine_load_passes_offload_to_the_planner(tmp_path, monkeypatch):
         return real(model, **kw)
 
     monkeypatch.setattr(planner, "plan_for_this_machine", spy)
-    for offload, expected in (("cpu", "cpu"), ("stream", "stream"), ("auto", None)):
+    for offload, expected in (("cpu", "cpu"), ("stream", "stream"), ("mapped", "mapped"), ("auto", None)):
         engine = Engine.load(str(folder), device="cpu", offload=offload)
         engine.close()
         assert seen[-1]["offload_mode"] == expected
-    with pytest.raises(TernaryError, match="offload must be auto, stream or cpu"):
+    with pytest.raises(TernaryError, match="offload must be auto, stream, mapped or cpu"):
         Engine.load(str(folder), device="cpu", offload="gpu")
+    with pytest.raises(TernaryError, match="needs the triton backend"):  # only Triton linears can be mapped
+        Engine.load(str(folder), device="cpu", offload="mapped", backend="reference")

@@ -79,3 +79,17 @@ def test_gauge_durations_switch_to_milliseconds_below_one_second() -> None:
     assert format_seconds(0.0042) == "4.2 ms"
     assert format_seconds(0.0482) == "48 ms"
     assert format_seconds(1.5) == "1.50 s"
+
+
+def test_offload_policies_and_gauge_texts_include_mapped() -> None:
+    from app.gauges import offload_mode_text, placement_text
+    from app.settings_model import OFFLOAD_POLICIES
+
+    assert OFFLOAD_POLICIES == ("auto", "stream", "mapped", "cpu")
+    assert HardwareSettings(offload_policy="mapped").validate() == []
+    assert "mapped" in HardwareSettings(offload_policy="zero").validate()[0][1]
+    assert offload_mode_text("mapped") == "offloaded layers read by the GPU from host memory"
+    # every layer mapped: none is resident, yet all run on the GPU, which the suffix says
+    plan = {"layers_on_gpu": 0, "layers_on_cpu": 36, "offload_mode": "mapped"}
+    assert placement_text(plan) == "0 on GPU, 36 on CPU (offloaded layers read by the GPU from host memory)"
+    assert placement_text({"layers_on_gpu": 0, "layers_on_cpu": 36, "offload_mode": "none"}) == "0 on GPU, 36 on CPU"

@@ -54,7 +54,8 @@ def test_gui_offload_policy_persists_and_reaches_engine_load(qtbot, make_window,
     qtbot.addWidget(dlg)
     dlg.show()
     texts = [dlg.offload_combo.itemText(i) for i in range(dlg.offload_combo.count())]
-    assert texts == ["Automatic (planner decides)", "Stream layers to the GPU", "Compute offloaded layers on the CPU"]
+    assert texts == ["Automatic (planner decides)", "Stream layers to the GPU", "Read layers from host memory (zero-copy)",
+                     "Compute offloaded layers on the CPU"]
     assert dlg.offload_combo.isEnabled()
     assert "0 on GPU, 2 on CPU" in dlg.placement_label.text()  # what the current plan chose
     dlg._select(dlg.offload_combo, "cpu")
@@ -62,6 +63,9 @@ def test_gui_offload_policy_persists_and_reaches_engine_load(qtbot, make_window,
     assert calls[-1]["offload"] == "cpu"
     assert w.settings.hardware.offload_policy == "cpu"
     assert AppSettings.load().hardware.offload_policy == "cpu"  # persisted (isolated config dir)
+    dlg._select(dlg.offload_combo, "mapped")
+    _apply(qtbot, w, dlg)
+    assert calls[-1]["offload"] == "mapped" and AppSettings.load().hardware.offload_policy == "mapped"
     dlg._select(dlg.offload_combo, "stream")
     _apply(qtbot, w, dlg)
     assert calls[-1]["offload"] == "stream" and AppSettings.load().hardware.offload_policy == "stream"
@@ -83,6 +87,9 @@ def test_gui_offload_disabled_on_cpu_only_machine_and_gauges_show_mode(qtbot, ma
     w.gauges.set_model({"name": "m", "device": "cuda:0",
                         "plan": {"layers_on_gpu": 7, "layers_on_cpu": 29, "offload_mode": "cpu"}})
     assert "computed on the CPU" in w.gauges.layers_label.text()
+    w.gauges.set_model({"name": "m", "device": "cuda:0",
+                        "plan": {"layers_on_gpu": 0, "layers_on_cpu": 36, "offload_mode": "mapped"}})
+    assert w.gauges.layers_label.text() == "0 on GPU, 36 on CPU (offloaded layers read by the GPU from host memory)"
 
 
 def test_gui_models_folder_change_persists_and_downloads_land_there(qtbot, make_window, tmp_path):

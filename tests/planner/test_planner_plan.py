@@ -90,11 +90,15 @@ def test_plan_invariants(name, budget):
     if cfg.tie_word_embeddings and p.lm_head_device == "gpu":
         assert p.embedding_device == "gpu"  # the table *is* the LM head
     if p.cpu_layers:
-        assert p.offload_mode in ("stream", "cpu")
+        assert p.offload_mode in ("stream", "mapped", "cpu")
         assert p.cpu_layers == list(range(cfg.num_layers - len(p.cpu_layers), cfg.num_layers))  # one block at the end
         assert not cfg.tie_word_embeddings or p.embedding_device == "gpu" or p.lm_head_device == "cpu"
     else:
         assert p.offload_mode == "none"
+    if p.offload_mode == "mapped":
+        assert br.offload_staging == 0  # the GPU reads mapped layers in place: no staging slots
+    # only a mapped plan's LM head is read in place; otherwise a host-side LM head is CPU-computed
+    assert p.lm_head_mapped == (p.offload_mode == "mapped" and p.lm_head_device == "cpu")
     assert p.reasons and all(isinstance(r, str) and r.endswith(".") for r in p.reasons)
 
 
