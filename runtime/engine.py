@@ -228,6 +228,8 @@ class Engine:
             from runtime.gpu_decode import enforce_max_vram
 
             enforce_max_vram(max_vram_bytes, dev)
+        elif dev.type == "cuda":  # the allocator cap is process-wide: lift one an earlier capped load left
+            torch.cuda.set_per_process_memory_fraction(1.0, dev if dev.index is not None else torch.cuda.current_device())
 
         def model_progress(stage: str, fraction: float) -> None:
             report(stage, 0.15 + 0.85 * fraction)

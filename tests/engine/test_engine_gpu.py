@@ -55,3 +55,18 @@ def test_default_dtype_generates_and_cancels(pair):
     assert last.stats.generated_tokens < 200
     mem = eng.memory_stats()
     assert mem.device_allocated_bytes and mem.device_total_bytes and mem.kv_cache_bytes > 0
+
+
+def test_uncapped_load_lifts_an_earlier_cap(pair):
+    """--max-vram caps torch's allocator for the whole process; loading again without a cap (the
+    user cleared the setting) must not stay confined to the old cap."""
+    _, data = pair
+    try:
+        Engine.load(data, device="cuda", context_length=128, max_vram_bytes=1 << 30).close()
+        eng = Engine.load(data, device="cuda", context_length=128)
+        x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")  # well above the old 1 GiB cap
+        del x
+        eng.close()
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+        torch.cuda.empty_cache()
