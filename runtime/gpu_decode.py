@@ -20,7 +20,6 @@ On a CPU (or with ``use_graph=False``) the same step runs eagerly, which is what
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -327,11 +326,6 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     sm_scale = hd ** -0.5
     cache = model.cache
 
-    if chain_enabled() and tlin.decode_activations() == "int8" and dtype in (torch.float16, torch.bfloat16) \
-            and all(m.group_size % 16 == 0 for lay in layers for m in lay[2:]) and head.group_size % 16 == 0 \
-            and cfg.hidden_size % 16 == 0 and nq % 16 == 0 and hd % 16 == 0:
-        return _chained_qwen3_step(model, layers, head, embed)
-
     def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         x = embed(tok, dtype)  # [1, H]
         cos, sin = model.rope.cos, model.rope.sin
@@ -359,76 +353,3 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
 
     return step
 
-
-CHAIN_ENV = "TERNARY_CHAIN"
-
-
-def chain_enabled() -> bool:
-    """Whether the fused Qwen3 step hands int8 activations from kernel to kernel
-    (:mod:`runtime.kernels.triton_chain`). Off unless ``TERNARY_CHAIN=1``: measured on the H200 it
-    removes 4 of 10 launches per layer yet decodes the 8B 8.5 % slower (504 vs 551 tok/s, side by
-    side) — the producers' per-group arrival atomics and read-back lengthen every kernel's tail more
-    than the quantisation launches cost (``docs/kernels.md``)."""
-    return os.environ.get(CHAIN_ENV, "0") == "1"
-
-
-def _chained_qwen3_step(model: torch.nn.Module, layers: list, head: torch.nn.Module,
-                        embed: torch.nn.Module) -> StepFn:
-    """``fused_qwen3_step`` with int8 activations passed along the chain: six launches per layer
-    instead of ten. The embedding row is quantised once (with the first RMSNorm's weight); from
-    then on each producer writes its successor's int8 input — attention for the O projection, the
-    O projection (residual stream, pre-multiplied by the post-attention norm) for gate/up,
-    gate/up for down, down for the next layer's QKV or the LM head — and the consumers apply 1/rms."""
-    from runtime.kernels import triton_attention as ta
-    from runtime.kernels import triton_chain as tc
-    from runtime.kernels import triton_rope as tr
-
-    cfg = model.config
-    dtype, eps = model.dtype, cfg.rms_norm_eps
-    nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
-    sm_scale = hd ** -0.5
-    cache = model.cache
-    dev = cache.k.device
-    qx = tc.chain_buffer(1, cfg.hidden_size, dev)  # the residual stream, for the next RMSNorm + mat-vec
-    qa = tc.chain_buffer(1, nq, dev)  # attention output, for the O projection
-    qf = tc.chain_buffer(1, layers[0][3].scales.shape[0] // 2, dev)  # silu(gate) * up, for down
-    config = tc.ChainConfigs(dtype)
-
-    def halves(lin: torch.nn.Module) -> tuple[torch.Tensor, ...]:
-        half = lin.codes.shape[0] // 2
-        return lin.codes[:half], lin.scales[:half], lin.codes[half:], lin.scales[half:]
-
-    def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        x = embed(tok, dtype)  # [1, H]
-        tc.chain_quantize(x, qx, layers[0][0].input_norm)
-        cos, sin = model.rope.cos, model.rope.sin
-        seq_len = pos + 1
-        for i, (b, streamed, qkv, gu, o, d) in enumerate(layers):
-            if streamed is not None:
-                streamed._streamer.before(streamed.index)
-            y = tc.chain_matvec(qx, qkv.codes, qkv.scales, qkv.group_size, dtype=dtype, norm_eps=eps,
-                                config=config(qkv.codes, qkv.scales, qkv.group_size, norm=True))
-            q = y[:, :nq].view(1, cfg.num_heads, hd)
-            k = y[:, nq:nq + nkv].view(1, cfg.num_kv_heads, hd)
-            v = y[:, nq + nkv:].view(1, cfg.num_kv_heads, hd)
-            kc, vc = cache.k[i], cache.v[i]
-            ks = cache.k_scale[i] if cache.k_scale is not None else None
-            vs = cache.v_scale[i] if cache.v_scale is not None else None
-            qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps,
-                                          k_scale=ks, v_scale=vs)
-            ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs, q_out=qa)
-            x = tc.chain_matvec(qa, o.codes, o.scales, o.group_size, dtype=dtype, residual=x, q_out=qx,
-                                q_out_norm=b.post_norm, config=config(o.codes, o.scales, o.group_size, residual=True))
-            gc_, gs_, uc_, us_ = halves(gu)
-            tc.chain_matvec(qx, gc_, gs_, gu.group_size, dtype=dtype, norm_eps=eps, up_codes=uc_, up_scales=us_,
-                            q_out=qf, config=config(gc_, gs_, gu.group_size, norm=True, dual=True))
-            nxt = layers[i + 1][0].input_norm if i + 1 < len(layers) else model.final_norm
-            x = tc.chain_matvec(qf, d.codes, d.scales, d.group_size, dtype=dtype, residual=x, q_out=qx,
-                                q_out_norm=nxt, config=config(d.codes, d.scales, d.group_size, residual=True))
-            if streamed is not None:
-                streamed._streamer.after(streamed.index)
-        logits = tc.chain_matvec(qx, head.codes, head.scales, head.group_size, dtype=dtype, norm_eps=eps,
-                                 config=config(head.codes, head.scales, head.group_size, norm=True))
-        return logits.reshape(-1).to(torch.float32)
-
-    return step

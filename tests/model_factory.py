@@ -324,3 +324,20 @@ def tiny_model_files(tmp_path: str | Path, *, seed: int = 0, group_size: int = 1
     tok = tiny_tokenizer()
     folder = write_hf_folder(model, tok, Path(tmp_path) / "hf", max_shard_size=max_shard_size)
     return cfg, model, tok, folder
+
+
+def tiny_hybrid_synthetic_config(hidden: int = 256, intermediate: int = 384, heads: tuple[int, int] = (4, 2),
+                                 linear_heads: tuple[int, int] = (2, 6), max_positions: int = 64):
+    """``synthetic_config("bonsai-27b")`` shrunk to a toy: the 27B's first four layers' pattern (both
+    layer kinds) and features, 300-token vocabulary; ``heads`` = (query, KV) heads of 64 dims,
+    ``linear_heads`` = DeltaNet (key, value) heads of 32 dims."""
+    from runtime.synthetic import synthetic_config
+
+    cfg = synthetic_config("bonsai-27b")
+    cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers = 300, hidden, intermediate, 4
+    cfg.layer_types = cfg.layer_types[:4]
+    (cfg.num_heads, cfg.num_kv_heads), cfg.head_dim = heads, 64
+    cfg.linear_num_key_heads, cfg.linear_num_value_heads = linear_heads
+    cfg.linear_key_head_dim = cfg.linear_value_head_dim = 32
+    cfg.max_position_embeddings = max_positions
+    return cfg

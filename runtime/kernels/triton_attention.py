@@ -19,26 +19,15 @@ import triton.language as tl
 
 from runtime.kernels import pdl
 from runtime.kernels.pdl import gdc_wait
-from runtime.kernels.triton_chain import _quant_groups
 from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
-
-
-@triton.jit
-def _attn_quant_out(o_ptr, qo_ptr, hk, GROUP, D, KWO, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The chain-layout int8 form of this KV head's query heads' outputs (contiguous rows of D), for
-    the O projection (``runtime.kernels.triton_chain``)."""
-    tl.debug_barrier()  # the whole program's output stores are done before they are read back
-    per_head = D // 16
-    _quant_groups(o_ptr, qo_ptr, o_ptr, hk * GROUP * per_head, GROUP * per_head, KWO, 0.0,
-                  BLOCK_H * BLOCK_D // 16, False)
 
 
 @triton.jit
 def _decode_attn_kernel(
     q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
-    o_ptr, so_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP, qo_ptr, KWO,
+    o_ptr, so_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, QOUT: tl.constexpr, USE_GDC: tl.constexpr,
+    MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     gdc_wait(USE_GDC)
     hk = tl.program_id(0)
@@ -91,8 +80,6 @@ def _decode_attn_kernel(
     if NUM_SPLITS == 1:
         out = acc / l_i[:, None]
         tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
-        if QOUT:
-            _attn_quant_out(o_ptr, qo_ptr, hk, GROUP, D, KWO, BLOCK_H, BLOCK_D)
     else:
         pidx = hk * NUM_SPLITS + sp
         tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
@@ -123,8 +110,6 @@ def _decode_attn_kernel(
                 tot += a * f[:, None]
             out = tot / tl.where(hmask, tot_l, 1.0)[:, None]
             tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
-            if QOUT:
-                _attn_quant_out(o_ptr, qo_ptr, hk, GROUP, D, KWO, BLOCK_H, BLOCK_D)
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
@@ -168,12 +153,11 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      sm_scale: float, *, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, num_splits: int | None = None,
                      block_s: int | None = None, num_warps: int | None = None,
-                     min_split_keys: int | None = None, q_out: torch.Tensor | None = None) -> torch.Tensor:
+                     min_split_keys: int | None = None) -> torch.Tensor:
     """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``.
 
     ``min_split_keys``: each split program takes at least this many keys (rounded up to whole
-    tiles), so short contexts use fewer of the ``num_splits`` programs. ``q_out``: also write the
-    output's int8 chain layout (``triton_chain.chain_buffer(1, Hq * D)``) for the O projection."""
+    tiles), so short contexts use fewer of the ``num_splits`` programs."""
     hq, dim = q.shape
     hkv, max_pos, _ = k_cache.shape
     if hq % hkv or k_cache.shape[2] != dim or v_cache.shape != k_cache.shape or k_cache.stride() != v_cache.stride():
@@ -200,16 +184,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         cnt = _counter_buffer(q.device, hkv, owner="attention")
     else:
         part = ml = cnt = out
-    if q_out is not None and (dim % 16 or out.stride(0) != dim or q_out.dtype != torch.int32
-                              or q_out.numel() != 7 * hq * dim // 16):
-        raise ValueError("q_out needs contiguous [Hq, D] output rows, D % 16 == 0, and an int32 [1, 7 * Hq * D / 16] buffer")
     ks = k_scale if int8 else k_cache
     vs = v_scale if int8 else v_cache
     _decode_attn_kernel[(hkv, splits)](
         q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
         ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), part, ml, cnt, float(sm_scale), dim, group,
-        q_out if q_out is not None else out, hq * dim // 16,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
-        IEEE=q.dtype == torch.float32, QOUT=q_out is not None, num_warps=num_warps, **pdl.launch_options(q.device),
+        IEEE=q.dtype == torch.float32, num_warps=num_warps, **pdl.launch_options(q.device),
     )
     return out

@@ -60,7 +60,7 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_d
                --model $m --configs $C --gen ${GEN:-64} $X > "$OUT/e_$m.log" 2>&1; rc=$?
              stamp "engine $m rc=$rc"; grep '^{' "$OUT/e_$m.log" | python3 -c "
 import sys, json
-keep = ('config', 'pdl', 'chain', 'graph_prefill', 'plan', 'decode_tok_s', 'decode_tok_s_runs', 'ttft_ms', 'ttft_ms_runs', 'prefill_tok_s', 'max_allocated_GB',
+keep = ('config', 'pdl', 'graph_prefill', 'plan', 'decode_tok_s', 'decode_tok_s_runs', 'ttft_ms', 'ttft_ms_runs', 'prefill_tok_s', 'max_allocated_GB',
         'same_tokens_every_run', 'tokens_equal_first_config', 'graph_decode', 'load_s', 'error')
 for l in sys.stdin:
     r = json.loads(l); print({k: r[k] for k in keep if k in r})"; grep -v '^{' "$OUT/e_$m.log" | tail -5 | cut -c1-300

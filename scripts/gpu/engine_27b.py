@@ -3,8 +3,7 @@ the app runs), one device call.
 
 Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``;
 ``gpuemb``: no cap with the embedding table kept on the GPU; ``nopdl``: no cap, kernels launched
-without programmatic dependent launch; ``chain`` / ``nochain``: no cap, int8 decode activations handed from
-kernel to kernel (``runtime.kernels.triton_chain``) or a quantisation launch before every mat-vec; ``gprefill``: no cap, graph-captured prefill
+without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
 (the default; forced on), ``eprefill``: the same with it forced off; for side-by-sides in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
 host memory so the load is the engine's own), one warm-up answer, then ``--runs`` greedy answers to
@@ -35,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 T0 = time.perf_counter()
-NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill", "nochain", "chain")  # configurations without a VRAM cap
+NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill")  # configurations without a VRAM cap
 
 
 def log(msg: str) -> None:
@@ -110,7 +109,6 @@ def main() -> int:
     prompt = torch.randint(1000, md.config.vocab_size - 1000, (a.prompt_tokens,), generator=g).tolist()
     s = GenerationSettings(temperature=0.0, max_new_tokens=a.gen, ignore_eos=True, enable_thinking=False)
     results, ref_tokens = [], None
-    chain_default = os.environ.get("TERNARY_CHAIN", "0")  # read by the engine when it builds its decode step
     for cfg in a.configs.split(","):
         r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen,
                    "prefill_chunk": a.prefill_chunk or "default"}
@@ -124,12 +122,10 @@ def main() -> int:
             if cfg == "gpuemb":  # no cap, but the embedding table on the GPU (the pre-host-embedding default)
                 planner_mod.plan_for_this_machine = functools.partial(plan_fn, host_embedding=False)
             pdl.set_enabled(False if cfg == "nopdl" else None)
-            os.environ["TERNARY_CHAIN"] = "0" if cfg == "nochain" else "1" if cfg == "chain" else chain_default
             if cfg in ("gprefill", "eprefill"):
                 os.environ["TERNARY_GRAPH_PREFILL"] = "1" if cfg == "gprefill" else "0"
             r["graph_prefill"] = graph_prefill_enabled()  # the engine's own reading (Qwen3 dense models only)
             r["pdl"] = pdl.enabled()
-            r["chain"] = os.environ["TERNARY_CHAIN"] == "1"
             try:
                 eng = Engine.load(md, device="cuda", context_length=a.ctx,
                                   max_vram_bytes=None if cfg in NO_CAP else parse_bytes(cfg),

@@ -22,14 +22,7 @@ stamp() { echo "[$(el)s] $*"; }
 left() { echo $(( DEADLINE - $(el) )); }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-( trap - INT TERM
-  python3 scripts/gpu/llama_trim.py .llamacpp/src > "$OUT/llama_trim.log" 2>&1
-  nice -n 19 cmake -S .llamacpp/src -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF \
-    > "$OUT/llama_cmake.log" 2>&1 &&
-  nice -n 19 cmake --build $BUILD --target llama-bench -j ${LLAMA_JOBS:-13} > "$OUT/llama_build.log" 2>&1
-  echo "build rc=$? at $(el)s" >> "$OUT/llama_build.log" ) > /dev/null 2>&1 < /dev/null &
+( trap - INT TERM; bash scripts/gpu/llama_build.sh "$OUT" $BUILD ${LLAMA_JOBS:-13} ) > /dev/null 2>&1 < /dev/null &
 BUILD_PID=$!
 
 ours() {  # model, tag

@@ -30,14 +30,7 @@ have() { [ "$(left)" -gt "$1" ]; }  # at least $1 seconds left?
 
 # ---- llama.cpp build in the background (CPU only, niced, 12 of 16 cores)
 if [ -d .llamacpp/src ] && [ -z "${NO_LLAMA:-}" ]; then
-  ( trap - INT TERM; if [ ! -x $BUILD/bin/llama-bench ]; then
-      python3 scripts/gpu/llama_trim.py .llamacpp/src > "$OUT/llama_trim.log" 2>&1
-      nice -n 19 cmake -S .llamacpp/src -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
-        -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DGGML_CCACHE=OFF \
-        > "$OUT/llama_cmake.log" 2>&1 &&
-      nice -n 19 cmake --build $BUILD --target llama-bench -j ${LLAMA_JOBS:-14} > "$OUT/llama_build.log" 2>&1
-    fi; echo "build rc=$? at $(el)s" >> "$OUT/llama_build.log" ) > /dev/null 2>&1 < /dev/null &
+  ( trap - INT TERM; bash scripts/gpu/llama_build.sh "$OUT" $BUILD ${LLAMA_JOBS:-14} ) > /dev/null 2>&1 < /dev/null &
   BUILD_PID=$!  # its output goes to files only, so it never holds the caller's pipe open
 fi
 

@@ -19,7 +19,8 @@ from runtime.gpu_decode_qwen35 import fused_decode_step
 from runtime.kernels import triton_linear as tlin
 from runtime.offload import host_mapped_tensors, map_linears_to_host, measure_offload_costs
 from runtime.prefill import graph_prefill_runner, graph_unsupported_reason
-from runtime.synthetic import random_ternary, synthetic_config
+from runtime.synthetic import random_ternary
+from tests import model_factory as mf
 from tests.engine.conftest import build_tiny
 
 pytestmark = pytest.mark.gpu
@@ -126,13 +127,7 @@ def test_mapped_qwen3_engine_gives_the_full_gpu_tokens_with_less_vram(monkeypatc
 def test_mapped_hybrid_engine_gives_the_full_gpu_tokens_with_less_vram(monkeypatch, encoding):
     from runtime.model.qwen35_synthetic import qwen35_synthetic_model
 
-    cfg = synthetic_config("bonsai-27b")  # the 27B's layer pattern and features at toy sizes
-    cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers = 300, 256, 1536, 4
-    cfg.layer_types = cfg.layer_types[:4]
-    cfg.num_heads, cfg.num_kv_heads, cfg.head_dim = 4, 2, 64
-    cfg.linear_num_key_heads, cfg.linear_num_value_heads = 2, 6
-    cfg.linear_key_head_dim = cfg.linear_value_head_dim = 32
-    cfg.max_position_embeddings = 256
+    cfg = mf.tiny_hybrid_synthetic_config(intermediate=1536, max_positions=256)  # the 27B's pattern, toy sizes
     assert "linear_attention" in cfg.layer_types and "full_attention" in cfg.layer_types
     data = qwen35_synthetic_model("bonsai-27b", seed=5, encoding=encoding, group_size=64, config=cfg)
     _compare(data, monkeypatch)

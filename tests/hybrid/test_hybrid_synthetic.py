@@ -18,6 +18,7 @@ from runtime.model.qwen35_synthetic import (
     random_ternary_t3,
 )
 from runtime.synthetic import synthetic_config
+from tests import model_factory as mf
 
 
 def test_hybrid_27b_census_matches_released_file():
@@ -39,14 +40,7 @@ def test_hybrid_27b_census_matches_released_file():
 
 
 def tiny_hybrid_config() -> ModelConfig:
-    cfg = synthetic_config("bonsai-27b")
-    cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers = 300, 256, 384, 4
-    cfg.layer_types = cfg.layer_types[:4]
-    cfg.num_heads, cfg.num_kv_heads, cfg.head_dim = 4, 2, 64
-    cfg.linear_num_key_heads, cfg.linear_num_value_heads = 2, 6
-    cfg.linear_key_head_dim = cfg.linear_value_head_dim = 32
-    cfg.max_position_embeddings = 64
-    return cfg
+    return mf.tiny_hybrid_synthetic_config()
 
 
 def test_hybrid_t3_generator_is_valid_base3():

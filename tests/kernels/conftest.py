@@ -12,7 +12,7 @@ import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-_MODULES = ["runtime.kernels.triton_linear", "runtime.kernels.triton_chain", "runtime.kernels.triton_norm", "runtime.kernels.triton_rope",
+_MODULES = ["runtime.kernels.triton_linear", "runtime.kernels.triton_norm", "runtime.kernels.triton_rope",
             "runtime.kernels.triton_attention", "runtime.kernels.triton_sampling",
             "runtime.kernels.triton_gather"]
 

@@ -174,15 +174,9 @@ def test_placement_runs_mapped_layers_and_head_unwrapped(tiny_md):
 
 def _tiny_hybrid():
     from runtime.model.qwen35_synthetic import qwen35_synthetic_model
-    from runtime.synthetic import synthetic_config
+    from tests.model_factory import tiny_hybrid_synthetic_config
 
-    cfg = synthetic_config("bonsai-27b")
-    cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_layers = 300, 128, 256, 4
-    cfg.layer_types = cfg.layer_types[:4]
-    cfg.num_heads, cfg.num_kv_heads, cfg.head_dim = 2, 1, 64
-    cfg.linear_num_key_heads, cfg.linear_num_value_heads = 1, 2
-    cfg.linear_key_head_dim = cfg.linear_value_head_dim = 32
-    cfg.max_position_embeddings = 64
+    cfg = tiny_hybrid_synthetic_config(hidden=128, intermediate=256, heads=(2, 1), linear_heads=(1, 2))
     return qwen35_synthetic_model("bonsai-27b", seed=2, group_size=64, config=cfg)
 
 
