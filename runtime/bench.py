@@ -405,10 +405,9 @@ def run_bench(md: ModelData, *, device: str = "auto", ctx: int = 4096, prompt_to
     elif dev.type == "cuda" and max_vram is not None:
         # the planner picks between the GPU-computed modes (streamed or mapped layers). CPU-computed
         # layers would work (build_model uses the model's placement hook) but decode eagerly at CPU
-        # speed, which is not what these runs measure: ask for them with offload_mode="cpu"
-        gpu = next((x for x in rep.gpus if x.index == (dev.index or 0)), None)
-        reads_host = gpu is not None and devices.triton_supported(gpu.capability)
-        kw["offload_modes"] = ("stream", "mapped") if reads_host else ("stream",)
+        # speed, which is not what these runs measure: ask for them with offload_mode="cpu". On a card
+        # whose kernels cannot read host memory the planner drops "mapped" itself.
+        kw["offload_modes"] = ("stream", "mapped")
     plan = plan_for_this_machine(md, device=str(dev), max_vram=max_vram, **kw)
     sizes = ModelSizes.from_model_data(md)
     out: dict[str, Any] = {

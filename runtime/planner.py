@@ -559,8 +559,10 @@ def plan_memory(
     if mapped is None:
         mapped = device not in ("cpu", "mps")
     if offload_mode is not None:
-        offload_modes = (offload_mode,)
-    modes = list(offload_modes or [m for m in ("stream", "mapped", "cpu") if m != "mapped" or mapped])
+        modes = [offload_mode]
+    else:  # a choice: a mode this device cannot run drops out (a forced one is refused below)
+        choice = tuple(offload_modes or ("stream", "mapped", "cpu"))
+        modes = [m for m in choice if m != "mapped" or mapped] or list(choice)
     bad = [m for m in modes if m not in OFFLOAD_MODES[1:]]
     if bad or not modes:
         raise ValueError(f"offload mode must be 'stream', 'mapped' or 'cpu', got {(bad or [''])[0]!r}")
@@ -629,13 +631,9 @@ def plan_memory(
         nbytes = sum(s.layer_bytes[i] for i in pl.cpu_layers)
         head = 0 if pl.lm_head_gpu else (s.lm_head_bytes or s.embedding_bytes)
         if pl.mode == "cpu":
-            return costs.cpu_seconds(nbytes + head)
-        if pl.mode == "mapped":
-            layers = costs.mapped_seconds(sum(s.mapped_layer_bytes(i) for i in pl.cpu_layers))
-            if _head_mapped(s, pl) or not head:
-                return layers + costs.mapped_seconds(head)
-            return layers + costs.cpu_seconds(head)
-        return costs.stream_seconds(nbytes) + (costs.cpu_seconds(head) if head else 0.0)
+            return costs.cpu_seconds(nbytes + head)  # one hop for layers and head together
+        head_s = costs.mapped_seconds(head) if _head_mapped(s, pl) else costs.cpu_seconds(head) if head else 0.0
+        return _layers_seconds(s, costs, pl) + head_s
 
     # per offload mode, the first (least offload) placement that reaches the target context;
     # then the faster of those under the offload costs (CPU compute frees KV memory too, so it

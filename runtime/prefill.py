@@ -34,9 +34,9 @@ Not graph-captured (plain eager forward, the engine's previous path): CPU models
 is not a :class:`Qwen3Model` with every layer a plain :class:`Qwen3Block` on the model's CUDA
 device (streamed or CPU-computed layers, a CPU-gathered embedding or CPU-computed LM head; mapped
 layers, LM head and embedding are fine: their pinned host matrices are read by the same kernels
-inside the graph), chunks longer than the largest
-bucket, single-token chunks, a chunk whose padding would have to share the cache's last slot
-with a real token, and everything after a capture failed (``fallback_reason`` says why).
+inside the graph), chunks longer than the largest bucket, single-token chunks, a chunk whose
+padding would have to share the cache's last slot with a real token, and everything after a
+capture failed (``fallback_reason`` says why).
 """
 
 from __future__ import annotations
