@@ -2,7 +2,8 @@
 the app runs), one device call.
 
 Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``;
-``gpuemb``: no cap with the embedding table kept on the GPU; ``nopdl``: no cap, kernels launched
+``gpuemb``: no cap with the embedding table kept on the GPU; ``shipped`` / ``retuned``: no cap, mat-vec launch
+configs from the shipped tuned file / measured afresh over the quick candidate set; ``nopdl``: no cap, kernels launched
 without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
 (the default; forced on), ``eprefill``: the same with it forced off; for side-by-sides in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
@@ -34,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 T0 = time.perf_counter()
-NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill")  # configurations without a VRAM cap
+NO_CAP = ("full", "gpuemb", "nopdl", "gprefill", "eprefill", "shipped", "retuned")  # configurations without a VRAM cap
 
 
 def log(msg: str) -> None:
@@ -122,6 +123,13 @@ def main() -> int:
             if cfg == "gpuemb":  # no cap, but the embedding table on the GPU (the pre-host-embedding default)
                 planner_mod.plan_for_this_machine = functools.partial(plan_fn, host_embedding=False)
             pdl.set_enabled(False if cfg == "nopdl" else None)
+            if cfg in ("shipped", "retuned"):  # kernel launch configs: the shipped file's, or measured afresh
+                from runtime.kernels import triton_linear as tlin
+                tlin._tuned.clear()
+                shipped = tlin._device_tuned_file()
+                if cfg == "shipped" and shipped is not None:
+                    tlin.load_tuned(shipped)
+                r["tuned_from"] = str(shipped) if cfg == "shipped" else "measured in this run (quick set)"
             if cfg in ("gprefill", "eprefill"):
                 os.environ["TERNARY_GRAPH_PREFILL"] = "1" if cfg == "gprefill" else "0"
             r["graph_prefill"] = graph_prefill_enabled()  # the engine's own reading (Qwen3 dense models only)

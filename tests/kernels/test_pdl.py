@@ -53,7 +53,7 @@ KERNELS = dict(_pdl_kernels())
 
 def test_the_decode_kernels_take_part():
     names = {k.rsplit(".", 1)[1] for k in KERNELS}
-    assert {"_gemv_q8_kernel", "_gemv_q3_kernel", "_quant_x_kernel", "_quant_x3_kernel", "_rmsnorm_kernel",
+    assert {"_gemv_q8_kernel", "_gemv_q8c_kernel", "_gemv_q3_kernel", "_quant_x_kernel", "_quant_x3_kernel", "_rmsnorm_kernel",
             "_qk_norm_rope_kernel", "_decode_attn_kernel", "_gather_rows_kernel", "_conv_step_kernel",
             "_gdn_decode_kernel"} <= names
 

@@ -46,3 +46,22 @@ def test_an_unwritable_cache_only_costs_retuning(tmp_path, monkeypatch):
         assert tlin._tuned["gemv|test-only|3"] == ("q8", 8, 1024, 1, 4)
     finally:
         tlin._tuned.pop("gemv|test-only|3", None)
+
+
+def test_shipped_configs_are_known_candidates():
+    """Every config in the shipped tuned files names a kernel variant and tile the launcher knows (a stale entry
+    would otherwise only fail on that GPU, at that shape)."""
+    gemv = set(tlin._GEMV_CANDIDATES + tlin._XP_CANDIDATES + tlin._X3_CANDIDATES + tlin._DOT_CANDIDATES
+               + tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q3_CANDIDATES)
+    files = sorted(tlin.TUNED_DIR.glob("*.json"))
+    assert files
+    for f in files:
+        for key, cfg in json.loads(f.read_text()).items():
+            kind = key.split("|")[0]
+            if kind == "gemv":
+                assert tuple(cfg) in gemv, (f.name, key, cfg)
+                if key.endswith("|a8"):
+                    assert cfg[0] in ("q8", "q8c", "q3"), (f.name, key, cfg)
+            else:
+                assert kind == "prefill", (f.name, key)
+                assert cfg[0] == "dequant" or tuple(cfg[1]) in tlin._MM_CANDIDATES, (f.name, key, cfg)
