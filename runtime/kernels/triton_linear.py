@@ -369,17 +369,13 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
 
 
 @triton.jit
-def _first_tile(w_ptr, w2_ptr, offs_n, n_mask, wb0, wb1, KW, BLOCK_W: tl.constexpr, DUAL: tl.constexpr):
-    """A program's first [BLOCK_N, BLOCK_W] tile of int32 weight words (both matrices when DUAL),
-    loaded before the PDL wait: weights are never written during a step, so this may overlap the
-    previous kernel's tail."""
-    wk = wb0 * BLOCK_W + tl.arange(0, BLOCK_W)
-    m = n_mask[:, None] & ((wk < KW) & (wb0 < wb1))[None, :]
-    idx = offs_n[:, None] * KW + wk[None, :]
-    first = tl.load(w_ptr + idx, mask=m, other=0, eviction_policy="evict_first")
+def _first_tile(ptr, ptr2, idx, mask, DUAL: tl.constexpr):
+    """A program's first tile of int32 weight words (of both matrices when DUAL), loaded before the PDL
+    wait: weights are never written during a step, so this may overlap the previous kernel's tail."""
+    first = tl.load(ptr + idx, mask=mask, other=0, eviction_policy="evict_first")
     first2 = first
     if DUAL:
-        first2 = tl.load(w2_ptr + idx, mask=m, other=0, eviction_policy="evict_first")
+        first2 = tl.load(ptr2 + idx, mask=mask, other=0, eviction_policy="evict_first")
     return first, first2
 
 
@@ -427,7 +423,9 @@ def _gemv_q8_kernel(
     n_groups = NG
     kw_total = KW
     if USE_GDC:
-        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n, n_mask, wb0, wb1, kw_total, BLOCK_W, DUAL)
+        wk0 = wb0 * BLOCK_W + tl.arange(0, BLOCK_W)
+        m0 = n_mask[:, None] & ((wk0 < kw_total) & (wb0 < wb1))[None, :]
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n[:, None] * kw_total + wk0[None, :], m0, DUAL)
     gdc_wait(USE_GDC)
     for wb in range(wb0, wb1):
         wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
@@ -465,19 +463,6 @@ def _gemv_q8_kernel(
 
 
 @triton.jit
-def _first_tile_chunks(w_ptr, w2_ptr, offs_n, n_mask, cb0, cb1, KW, BLOCK_C: tl.constexpr, DUAL: tl.constexpr):
-    """``_first_tile`` for ``[BLOCK_N, BLOCK_C, 4]`` tiles of 4-word chunks."""
-    c0 = cb0 * BLOCK_C + tl.arange(0, BLOCK_C)
-    m0 = n_mask[:, None, None] & ((c0 < KW // 4) & (cb0 < cb1))[None, :, None]
-    i0 = offs_n[:, None, None] * KW + c0[None, :, None] * 4 + tl.arange(0, 4)[None, None, :]
-    first = tl.load(w_ptr + i0, mask=m0, other=0, eviction_policy="evict_first")
-    first2 = first
-    if DUAL:
-        first2 = tl.load(w2_ptr + i0, mask=m0, other=0, eviction_policy="evict_first")
-    return first, first2
-
-
-@triton.jit
 def _gemv_q8c_kernel(
     q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
@@ -510,7 +495,9 @@ def _gemv_q8c_kernel(
     acc2d = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
     acc2d2 = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
     if USE_GDC:
-        first, first2 = _first_tile_chunks(w_ptr, w2_ptr, offs_n, n_mask, cb0, cb1, KW, BLOCK_C, DUAL)
+        c0 = cb0 * BLOCK_C + tl.arange(0, BLOCK_C)
+        m0 = n_mask[:, None, None] & ((c0 < kc) & (cb0 < cb1))[None, :, None]
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n[:, None, None] * KW + c0[None, :, None] * 4 + lane, m0, DUAL)
     gdc_wait(USE_GDC)
     for cb in range(cb0, cb1):
         c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -680,7 +667,9 @@ def _gemv_q3_kernel(
     n_groups = NG
     kw_total = KW3
     if USE_GDC:
-        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n, n_mask, wb0, wb1, kw_total, BLOCK_W, DUAL)
+        wk0 = wb0 * BLOCK_W + tl.arange(0, BLOCK_W)
+        m0 = n_mask[:, None] & ((wk0 < kw_total) & (wb0 < wb1))[None, :]
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n[:, None] * kw_total + wk0[None, :], m0, DUAL)
     gdc_wait(USE_GDC)
     for wb in range(wb0, wb1):
         wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
