@@ -5,8 +5,8 @@ Usage (GPU machine, repo root): ``python3 scripts/gpu/sweep_q8.py [--models 8b,2
 
 Why: the tuned q8 mat-vecs stream weights at 1.7-2.1 TB/s even for the 165 MB LM head, under half
 of what the H200 copies. This shows whether the gap is the access pattern (the streaming read with
-the same tile is as slow) or the arithmetic and activation loads (it is not), and which tile shapes
-keep enough bytes in flight. Every time is ``triton_linear._bench``: CUDA-graph replays with the L2
+the same tile is as slow) or what the kernel does around its loads (on the H200, 2026-12-03: the
+read is 1.3-2x faster, so the latter; docs/benchmarks.md), and which tile shapes keep enough bytes in flight. Every time is ``triton_linear._bench``: CUDA-graph replays with the L2
 flushed before each call, the activation quantisation launch included.
 """
 
