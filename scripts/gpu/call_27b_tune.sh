@@ -4,7 +4,9 @@
 # (tune: TERNARY_KERNELS_TUNE=full; the winners land in $OUT/kfull/*.json for runtime/kernels/tuned), and engine
 # runs (engine, or engine:MODEL+MODEL) with $CONFIGS_PTQ1 / $CONFIGS_T2 (the latter for every t2 model), or
 # engine:MODEL=CONFIGS+MODEL=CONFIGS with the configurations named inline, optionally @CTX (e.g.
-# engine:bonsai-8b=full,2GiB,1GiB@1024).
+# engine:bonsai-8b=full,2GiB,1GiB@1024). engine:bonsai-8b=shipped,retuned times the shipped launch configs against
+# freshly measured ones in one process; the fresh ones land in $OUT/kcache_<model>/ (merge them into
+# runtime/kernels/tuned/<gpu>.json).
 # Usage: DEADLINE=540 STAGES="env engine:bonsai-8b tests" bash scripts/gpu/call_27b_tune.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/call27b}; mkdir -p "$OUT"
@@ -56,7 +58,8 @@ print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_d
              case $m in *=*) C=${m#*=}; m=${m%%=*} ;; esac  # engine:MODEL=CONFIGS names the configs inline
              case $C in *@*) X="--ctx ${C#*@}"; C=${C%%@*} ;; esac  # ...and CONFIGS@CTX a context length
              ES=$(( L - 5 < ${ENGINE_S:-9999} ? L - 5 : ${ENGINE_S:-9999} ))
-             TERNARY_KERNELS_CACHE=$OUT/kcache timeout $ES python3 scripts/gpu/engine_27b.py --out "$OUT/e_$m" \
+             # one cache folder per model: a "retuned" configuration saves only what it measured
+             TERNARY_KERNELS_CACHE=$OUT/kcache_$m timeout $ES python3 scripts/gpu/engine_27b.py --out "$OUT/e_$m" \
                --model $m --configs $C --gen ${GEN:-64} $X > "$OUT/e_$m.log" 2>&1; rc=$?
              stamp "engine $m rc=$rc"; grep '^{' "$OUT/e_$m.log" | python3 -c "
 import sys, json

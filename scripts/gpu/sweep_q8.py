@@ -61,16 +61,16 @@ def packed_bytes(n: int, k: int, g: int = 128) -> int:
 
 
 # wider tiles than the tuner's list: 16-32 int32 words (64-128 bytes of codes) per thread in flight
-EXTRA = [("q8", 8, 4096, 1, 2), ("q8", 16, 4096, 1, 4), ("q8", 8, 4096, 1, 4), ("q8", 4, 4096, 1, 2),
-         ("q8", 16, 4096, 1, 8), ("q8", 32, 4096, 1, 8), ("q8", 4, 8192, 1, 4), ("q8", 8, 8192, 1, 4),
-         ("q8", 16, 8192, 1, 8), ("q8", 8, 16384, 1, 8), ("q8", 4, 16384, 1, 4), ("q8", 2, 8192, 1, 2)]
+EXTRA = [("q8", 8, 4096, 1, 2), ("q8", 16, 4096, 1, 4), ("q8", 8, 4096, 1, 4), ("q8", 16, 4096, 1, 8),
+         ("q8", 32, 4096, 1, 8), ("q8", 4, 8192, 1, 4), ("q8", 8, 8192, 1, 4), ("q8", 16, 8192, 1, 8),
+         ("q8", 8, 16384, 1, 8), ("q8", 4, 16384, 1, 4), ("q8", 2, 8192, 1, 2)]
 
 
 def candidates() -> list[tuple]:
-    return list(dict.fromkeys(tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._QUICK_Q8 + EXTRA))
+    return list(dict.fromkeys(tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + EXTRA))
 
 
-def sweep_shape(model: str, name: str, n: int, k: int, kind: str, bw_read: float, g: int = 128) -> dict:
+def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128) -> dict:
     codes = torch.randint(0, 256, (n, k // 4), dtype=torch.uint8, device=DEV)
     scales = (torch.rand(n, k // g, device=DEV) * 0.02 + 0.005).half()
     mats = [(codes, scales)]
@@ -120,24 +120,14 @@ def sweep_shape(model: str, name: str, n: int, k: int, kind: str, bw_read: float
                         "stream_us": round(ts, 2), "stream_GBps": round(nbytes / ts / 1e3, 1),
                         "rel_diff_vs_first": round(err, 5), "words_per_thread": bn * bw // (32 * warps)})
     ok = sorted([r for r in results if "us" in r], key=lambda r: r["us"])
-    roof = nbytes / bw_read / 1e3
-    print(f"\n{model} {name}: N={n} K={k} {nbytes / 1e6:.1f} MB, read roofline {roof:.2f} us", flush=True)
+    print(f"\n{model} {name}: N={n} K={k} {nbytes / 1e6:.1f} MB", flush=True)
     for r in ok[:TOP]:
         print(f"  {','.join(map(str, r['cfg'])):16s} {r['us']:6.2f} us {r['GBps']:6.0f} GB/s | stream {r['stream_us']:6.2f} us"
               f" | wpt {r['words_per_thread']:2d} | diff {r['rel_diff_vs_first']}")
     best_stream = min((r["stream_us"] for r in ok), default=float("nan"))
     errors = [(",".join(map(str, r["cfg"])), r["error"][:40]) for r in results if "error" in r]
     print(f"  best streaming read: {best_stream:.2f} us; errors: {errors}", flush=True)
-    return {"model": model, "op": name, "N": n, "K": k, "MB": nbytes / 1e6, "roofline_us": roof, "results": results}
-
-
-def read_bandwidth() -> float:
-    """GB/s of a read-only reduction over 2 GiB (torch.sum), timed like the mat-vecs."""
-    n = 1 << 29
-    buf = torch.ones(n, dtype=torch.int32, device=DEV)
-    tot = torch.empty((), dtype=torch.int64, device=DEV)
-    t = tlin._bench(lambda: torch.sum(buf, 0, dtype=torch.int64, out=tot))
-    return 4 * n / (t * 1e-3) / 1e9
+    return {"model": model, "op": name, "N": n, "K": k, "MB": nbytes / 1e6, "results": results}
 
 
 def main() -> None:
@@ -145,12 +135,11 @@ def main() -> None:
     ap.add_argument("--models", default="8b,27b")
     ap.add_argument("--json")
     a = ap.parse_args()
-    bw = read_bandwidth()
-    print(f"{torch.cuda.get_device_name()}: read-only reduction {bw:.0f} GB/s (torch.sum of 2 GiB)")
-    out = {"read_GBps": bw, "rows": []}
+    print(torch.cuda.get_device_name())
+    out = {"rows": []}
     for m in a.models.split(","):
         for shape in SHAPES[m]:
-            out["rows"].append(sweep_shape(m, *shape, bw))
+            out["rows"].append(sweep_shape(m, *shape))
             torch.cuda.empty_cache()
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
