@@ -66,11 +66,15 @@ EXTRA = [("q8", 8, 4096, 1, 2), ("q8", 16, 4096, 1, 4), ("q8", 8, 4096, 1, 4), (
          ("q8", 8, 16384, 1, 8), ("q8", 4, 16384, 1, 4), ("q8", 2, 8192, 1, 2)]
 
 
-def candidates() -> list[tuple]:
-    return list(dict.fromkeys(tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + EXTRA))
+def candidates(variants: str = "all") -> list[tuple]:
+    """``all``: every q8/q8c/q8p candidate plus EXTRA; ``quick``: the tuner's default set (q8p included)
+    plus every q8p candidate."""
+    if variants == "quick":
+        return list(dict.fromkeys(tlin._QUICK_Q8 + tlin._Q8P_CANDIDATES))
+    return list(dict.fromkeys(tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES + EXTRA))
 
 
-def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128) -> dict:
+def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128, variants: str = "all") -> dict:
     codes = torch.randint(0, 256, (n, k // 4), dtype=torch.uint8, device=DEV)
     scales = (torch.rand(n, k // g, device=DEV) * 0.02 + 0.005).half()
     mats = [(codes, scales)]
@@ -98,9 +102,10 @@ def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128) 
 
     ref = None
     results = []
-    for cfg in candidates():
-        _, bn, bk, sk, warps = cfg
-        if sk > triton.cdiv(k, bk) or triton.cdiv(n, bn) * sk < 64:
+    for cfg in candidates(variants):
+        kind_, bn, bk, sk, warps = cfg
+        persistent = kind_ == "q8p"  # its third field is programs per SM, not a K split
+        if not persistent and (sk > triton.cdiv(k, bk) or triton.cdiv(n, bn) * sk < 64):
             continue
         bw = max(1, bk // 16)
         try:
@@ -112,7 +117,8 @@ def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128) 
             err = (y.float() - ref).abs().max().item() / max(ref.abs().max().item(), 1e-6)
             t = tlin._bench(fn) * 1e3
             # the same tile shape reading the same bytes with (almost) no arithmetic
-            ts = tlin._bench(lambda bn=bn, bw=bw, warps=warps: stream(bn, bw, warps)) * 1e3
+            # (a persistent program reads many tiles: no one-tile-per-program read to set beside it)
+            ts = float("nan") if persistent else tlin._bench(lambda bn=bn, bw=bw, warps=warps: stream(bn, bw, warps)) * 1e3
         except Exception as e:  # noqa: BLE001 - a config the compiler rejects is reported, not fatal
             results.append({"cfg": list(cfg), "error": f"{type(e).__name__}: {str(e)[:80]}"})
             continue
@@ -124,7 +130,11 @@ def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128) 
     for r in ok[:TOP]:
         print(f"  {','.join(map(str, r['cfg'])):16s} {r['us']:6.2f} us {r['GBps']:6.0f} GB/s | stream {r['stream_us']:6.2f} us"
               f" | wpt {r['words_per_thread']:2d} | diff {r['rel_diff_vs_first']}")
-    best_stream = min((r["stream_us"] for r in ok), default=float("nan"))
+    for tag, rows in (("one tile per program", [r for r in ok if r["cfg"][0] != "q8p"]),
+                      ("persistent (q8p)", [r for r in ok if r["cfg"][0] == "q8p"])):
+        if rows:
+            print(f"  best {tag}: {','.join(map(str, rows[0]['cfg']))} {rows[0]['us']:.2f} us")
+    best_stream = min((r["stream_us"] for r in ok if r["stream_us"] == r["stream_us"]), default=float("nan"))
     errors = [(",".join(map(str, r["cfg"])), r["error"][:40]) for r in results if "error" in r]
     print(f"  best streaming read: {best_stream:.2f} us; errors: {errors}", flush=True)
     return {"model": model, "op": name, "N": n, "K": k, "MB": nbytes / 1e6, "results": results}
@@ -134,12 +144,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="8b,27b")
     ap.add_argument("--json")
+    ap.add_argument("--variants", choices=("all", "quick"), default="all")
     a = ap.parse_args()
     print(torch.cuda.get_device_name())
     out = {"rows": []}
     for m in a.models.split(","):
         for shape in SHAPES[m]:
-            out["rows"].append(sweep_shape(m, *shape))
+            out["rows"].append(sweep_shape(m, *shape, variants=a.variants))
             torch.cuda.empty_cache()
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

@@ -53,7 +53,7 @@ KERNELS = dict(_pdl_kernels())
 
 def test_the_decode_kernels_take_part():
     names = {k.rsplit(".", 1)[1] for k in KERNELS}
-    assert {"_gemv_q8_kernel", "_gemv_q8c_kernel", "_gemv_q3_kernel", "_quant_x_kernel", "_quant_x3_kernel", "_rmsnorm_kernel",
+    assert {"_gemv_q8_kernel", "_gemv_q8c_kernel", "_gemv_q8p_kernel", "_gemv_q3_kernel", "_quant_x_kernel", "_quant_x3_kernel", "_rmsnorm_kernel",
             "_qk_norm_rope_kernel", "_decode_attn_kernel", "_gather_rows_kernel", "_conv_step_kernel",
             "_gdn_decode_kernel"} <= names
 
@@ -71,6 +71,6 @@ def test_kernel_waits_before_it_writes(name):
     first_wait = min(waits)
     writes = [(ln, c) for ln, c in calls if c in ("store", "atomic_add", "atomic_xchg", "atomic_cas") and ln < first_wait]
     assert not writes, f"{name} writes before its PDL wait: {writes}"
-    # before the wait only weight tiles may be read (helpers named _first_tile); x/state loads come after
+    # before the wait only weight tiles may be read (helpers _first_tile, _q8p_tile); x/state loads come after
     early = [(ln, c) for ln, c in calls if ln < first_wait and c == "load"]
     assert not early, f"{name} loads before its PDL wait (only _first_tile may): {early}"
