@@ -433,11 +433,10 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         vs = cache.v_scale[mx.slot] if int8 else None
         qr = tr.qk_norm_rope_kv_write(q, k, v, plan["q_m1"], plan["k_m1"], cos, sin, pos, kc, vc, eps,
                                       weight_offset=1.0, k_scale=ks, v_scale=vs)
-        att = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs)
-        o = att.view(1, nh, hd)
-        if gate is not None:
-            o = o * torch.sigmoid(gate)
-        return residual_linear(mx.o_proj, o.reshape(1, nh * hd), mx.o_folded, x)
+        # the output gate (sigmoid) is applied inside the attention launch
+        att = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs,
+                                  gate=gate[0] if gate is not None else None)
+        return residual_linear(mx.o_proj, att.reshape(1, nh * hd), mx.o_folded, x)
 
     def mlp(plan: dict, x: torch.Tensor) -> torch.Tensor:
         blk = plan["block"]

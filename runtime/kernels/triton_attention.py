@@ -23,11 +23,24 @@ from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
 
 
 @triton.jit
+def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr):
+    """Store the attention output, times ``sigmoid(gate)`` for gated attention (Qwen3.5), rounded as the
+    eager ``o * torch.sigmoid(gate)`` rounds: output, sigmoid and product each to the output dtype."""
+    odt = o_ptr.dtype.element_ty
+    out = out.to(odt)
+    if GATED:
+        g = tl.load(g_ptr + qh[:, None] * sg_h + d[None, :], mask=omask, other=0.0).to(tl.float32)
+        sig = (1.0 / (1.0 + tl.exp(-g))).to(odt)
+        out = (out.to(tl.float32) * sig.to(tl.float32)).to(odt)
+    tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out, mask=omask)
+
+
+@triton.jit
 def _decode_attn_kernel(
     q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
-    o_ptr, so_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
+    o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, USE_GDC: tl.constexpr,
+    MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     gdc_wait(USE_GDC)
     hk = tl.program_id(0)
@@ -79,7 +92,7 @@ def _decode_attn_kernel(
     omask = hmask[:, None] & dmask[None, :]
     if NUM_SPLITS == 1:
         out = acc / l_i[:, None]
-        tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
+        _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
     else:
         pidx = hk * NUM_SPLITS + sp
         tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
@@ -109,7 +122,7 @@ def _decode_attn_kernel(
                 tot_l += ls * f
                 tot += a * f[:, None]
             out = tot / tl.where(hmask, tot_l, 1.0)[:, None]
-            tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out.to(o_ptr.dtype.element_ty), mask=omask)
+            _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
@@ -153,11 +166,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      sm_scale: float, *, k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None,
                      out: torch.Tensor | None = None, num_splits: int | None = None,
                      block_s: int | None = None, num_warps: int | None = None,
-                     min_split_keys: int | None = None) -> torch.Tensor:
+                     min_split_keys: int | None = None, gate: torch.Tensor | None = None) -> torch.Tensor:
     """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``.
 
     ``min_split_keys``: each split program takes at least this many keys (rounded up to whole
-    tiles), so short contexts use fewer of the ``num_splits`` programs."""
+    tiles), so short contexts use fewer of the ``num_splits`` programs. ``gate [Hq, D]`` (any head
+    stride): the output is multiplied by ``sigmoid(gate)`` (Qwen3.5's gated attention) in the same launch."""
     hq, dim = q.shape
     hkv, max_pos, _ = k_cache.shape
     if hq % hkv or k_cache.shape[2] != dim or v_cache.shape != k_cache.shape or k_cache.stride() != v_cache.stride():
@@ -176,6 +190,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     num_warps = num_warps or d_warps
     min_keys = d_min if min_split_keys is None else min_split_keys
     min_per = triton.cdiv(max(min_keys, 1), block_s) * block_s
+    if gate is not None and (gate.shape != (hq, dim) or gate.stride(-1) != 1):
+        raise ValueError("the attention gate must be [Hq, D] with a contiguous last dimension")
     if out is None:
         out = torch.empty(hq, dim, dtype=q.dtype, device=q.device)
     if splits > 1:
@@ -188,8 +204,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     vs = v_scale if int8 else v_cache
     _decode_attn_kernel[(hkv, splits)](
         q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
-        ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), part, ml, cnt, float(sm_scale), dim, group,
+        ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), gate if gate is not None else out,
+        gate.stride(0) if gate is not None else 0, part, ml, cnt, float(sm_scale), dim, group,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
-        IEEE=q.dtype == torch.float32, num_warps=num_warps, **pdl.launch_options(q.device),
+        IEEE=q.dtype == torch.float32, GATED=gate is not None, num_warps=num_warps, **pdl.launch_options(q.device),
     )
     return out

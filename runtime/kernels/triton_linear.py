@@ -1063,12 +1063,12 @@ _Q8C_CANDIDATES = [("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2), ("q8c", 8, 10
 _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 4096, 8, 2), ("q8p", 2, 4096, 16, 2),
                    ("q8p", 8, 2048, 4, 4), ("q8p", 4, 2048, 8, 2), ("q8p", 8, 1024, 4, 4), ("q8p", 4, 4096, 4, 4),
                    ("q8p", 8, 4096, 2, 4), ("q8p", 8, 4096, 4, 8), ("q8p", 2, 8192, 8, 4), ("q8p", 4, 8192, 4, 4),
-                   ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2)]
+                   ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2)]
 # (the full-tune winners on the H200 for Bonsai-8B shapes come first: small programs, many loads in flight)
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4),
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
              ("q8c", 8, 1024, 1, 4), ("q8c", 4, 2048, 1, 2), ("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2),
-             ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4)]
+             ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2)]
 Q8_PLANES = 7  # int32 rows per x row written by _quant_x_kernel (the kernels spell it out as 7)
 # int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
 # warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts

@@ -1,7 +1,7 @@
 """Per-kernel durations, in launch order, of one graph-captured decode step (diagnostic).
 
-Usage: ``python3 scripts/gpu/diag_step_trace.py`` on the GPU machine. Prints each kernel of one
-replayed step with its duration, then per-role sums for the mat-vecs, and ablations that
+Usage: ``python3 scripts/gpu/diag_step_trace.py [--per-kernel]`` on the GPU machine. Prints the time
+summed per kernel name over one replayed step (each kernel with ``--per-kernel``), and ablations that
 replace the attention with a copy to see whether neighbouring kernels slow the mat-vecs down.
 """
 
@@ -74,11 +74,15 @@ def main() -> int:
         res["step_ms"] = time_graph(g)
         ks = trace(g, "/tmp/step_trace.json")
         print("kernels", len(ks), "sum us", sum(k[1] for k in ks))
-        for i, k in enumerate(ks[:40]):
-            print(i, k)
-        print("...")
-        for i, k in enumerate(ks[-12:]):
-            print(len(ks) - 12 + i, k)
+        if "--per-kernel" in sys.argv:
+            for i, k in enumerate(ks):
+                print(i, k)
+        by_name: dict[str, list[float]] = {}
+        for name, dur, _ in ks:
+            by_name.setdefault(name, []).append(dur)
+        for name, durs in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {name:40s} n={len(durs):4d} sum={sum(durs):8.1f} us mean={sum(durs) / len(durs):6.2f}")
+        res["by_kernel_us"] = {n: round(sum(d), 1) for n, d in by_name.items()}
         # ablation: attention replaced by a copy of q (same shapes, no KV reads)
         orig = ta.decode_attention
         ta.decode_attention = lambda q, kc, vc, seq_len, sm, **kw: q.clone()

@@ -208,6 +208,21 @@ def test_gpu_decode_attention(hq: int, hkv: int, dim: int, length: int, min_keys
     assert rel(o, ref.ref_decode_attention(q, kc, vc, length, dim ** -0.5)) < 1e-2
 
 
+@pytest.mark.parametrize("length", [1, 640, 4000])
+def test_gpu_decode_attention_output_gate_rounds_like_eager(length: int) -> None:
+    """The 27B's gated attention: the in-launch ``sigmoid(gate)`` product equals the eager
+    ``attention * torch.sigmoid(gate)`` in bf16 bit for bit (gate = strided half of the q|gate rows)."""
+    hq, hkv, dim = 24, 4, 256
+    dtype = torch.bfloat16
+    q = torch.randn(hq, dim, device=DEV, dtype=dtype)
+    kc = torch.randn(hkv, 4096, dim, device=DEV, dtype=dtype)
+    vc = torch.randn(hkv, 4096, dim, device=DEV, dtype=dtype)
+    gate = torch.randn(hq, 2 * dim, device=DEV, dtype=dtype)[:, dim:]
+    seq = torch.tensor([length], device=DEV, dtype=torch.int32)
+    eager = decode_attention(q, kc, vc, seq, dim ** -0.5) * torch.sigmoid(gate)
+    assert torch.equal(decode_attention(q, kc, vc, seq, dim ** -0.5, gate=gate), eager)
+
+
 def test_gpu_decode_attention_int8_accuracy() -> None:
     hq, hkv, dim, length = 32, 8, 128, 4096
     q = torch.randn(hq, dim, device=DEV, dtype=torch.bfloat16)

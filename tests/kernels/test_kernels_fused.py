@@ -89,6 +89,23 @@ def test_kernels_decode_attention(hq: int, hkv: int, dim: int, length: int, spli
     assert rel(o, ref.ref_decode_attention(q, kc, vc, length, 0.17)) < 1e-5
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_kernels_decode_attention_output_gate(splits: int) -> None:
+    """Gated attention (Qwen3.5): ``attn * sigmoid(gate)`` in the same launch, the gate a strided view
+    of the q|gate projection (head stride 2·D), with one split and with the merge."""
+    hq, hkv, dim, length = 8, 2, 32, 37
+    q = torch.randn(hq, dim)
+    kc, vc = torch.randn(hkv, 64, dim), torch.randn(hkv, 64, dim)
+    qg = torch.randn(hq, 2 * dim)
+    gate = qg[:, dim:]
+    seq = torch.tensor([length], dtype=torch.int32)
+    o = decode_attention(q, kc, vc, seq, 0.17, num_splits=splits, gate=gate)
+    e = ref.ref_decode_attention(q, kc, vc, length, 0.17) * torch.sigmoid(gate)
+    assert rel(o, e) < 1e-5
+    with pytest.raises(ValueError, match="gate"):
+        decode_attention(q, kc, vc, seq, 0.17, gate=qg)
+
+
 def test_kernels_decode_attention_int8_cache() -> None:
     hq, hkv, dim, positions, length = 8, 2, 64, 48, 40
     q = torch.randn(hq, dim)
