@@ -6,14 +6,14 @@ position, the DeltaNet glue). At batch 1 that launch count, not the weights, set
 step reads the model's own buffers (weights, KV cache, :class:`~runtime.model.qwen35.HybridState`)
 and does per layer
 
-* DeltaNet layer: RMSNorm, the in-projections (ternary mat-vecs), the conv window step + SiLU
-  (``deltanet_triton.conv_step``), then **one** kernel for the rest of the mixer
-  (:func:`gdn_decode`: the dense ``a``/``b`` dot products, the decay / beta gates, L2-normalised
-  q/k, the gated delta rule on the fp32 state *in place*, and the gated RMSNorm with ``silu(z)``),
-  ``out_proj`` + residual;
+* DeltaNet layer: RMSNorm + the ternary q|k|v|z in-projection as one mat-vec (unrotated: the norm fused
+  into its activation quantisation), the conv window step + SiLU (``deltanet_triton.conv_step``), then
+  **one** kernel for the rest of the mixer (:func:`gdn_decode`: the input RMSNorm again for the dense
+  ``a``/``b`` dot products, the decay / beta gates, L2-normalised q/k, the gated delta rule on the fp32
+  state *in place*, and the gated RMSNorm with ``silu(z)``), ``out_proj`` + residual;
 * attention layer: RMSNorm + q|gate/k/v mat-vec in one launch (unrotated, row-fused weights),
-  q/k norm + partial RoPE + KV write, split-KV decode attention over the live length,
-  ``* sigmoid(gate)``, ``o_proj`` + residual;
+  q/k norm + partial RoPE + KV write, split-KV decode attention over the live length with the
+  ``* sigmoid(gate)`` in the same launch, ``o_proj`` + residual;
 * MLP: RMSNorm + gate/up + SiLU*up in one launch (unrotated), ``down`` + residual.
 
 Bonsai 2 rotation: a folded matmul reads ``R(norm(x))``, so there the norm is its own launch and
@@ -70,11 +70,12 @@ if triton is not None:
         tl.store(o_ptr + hv * DV + dv, y.to(o_ptr.dtype.element_ty), mask=mv)
 
     @triton.jit
-    def _gdn_decode_kernel(mixed_ptr, z_ptr, a_ptr, b_ptr, x_ptr, wa_ptr, wb_ptr, A_ptr, dt_ptr, s_ptr,
-                           nw_ptr, o_ptr, cnt_ptr, HID, eps, q_scale,
+    def _gdn_decode_kernel(mixed_ptr, z_ptr, a_ptr, b_ptr, x_ptr, xw_ptr, wa_ptr, wb_ptr, A_ptr, dt_ptr, s_ptr,
+                           nw_ptr, o_ptr, cnt_ptr, HID, eps, x_eps, q_scale,
                            H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                            BK: tl.constexpr, BDK: tl.constexpr, BDV: tl.constexpr, BDVS: tl.constexpr,
-                           NSPLIT: tl.constexpr, BH: tl.constexpr, AB_DOT: tl.constexpr, USE_GDC: tl.constexpr):
+                           NSPLIT: tl.constexpr, BH: tl.constexpr, AB_DOT: tl.constexpr, NORM_X: tl.constexpr,
+                           USE_GDC: tl.constexpr):
         """Program (hv, j): value head hv, value columns [j*BDVS, (j+1)*BDVS). Every program
         computes the (cheap) gates and l2 norms itself; the gated RMSNorm needs all DV columns of
         o, so with NSPLIT > 1 each program writes its pre-norm o block (in the model dtype, which
@@ -102,10 +103,21 @@ if triton is not None:
         if AB_DOT:
             acc_a = tl.zeros([BH], tl.float32)
             acc_b = tl.zeros([BH], tl.float32)
+            inv_x = 1.0
+            if NORM_X:  # x is the residual stream: the layer's input RMSNorm (Qwen3.5 rounding) first
+                ss = tl.zeros([BH], tl.float32)
+                for h0 in range(0, HID, BH):
+                    hh = h0 + tl.arange(0, BH)
+                    xv = tl.load(x_ptr + hh, mask=hh < HID, other=0.0).to(tl.float32)
+                    ss += xv * xv
+                inv_x = tl.rsqrt(tl.sum(ss, axis=0) / HID + x_eps)
             for h0 in range(0, HID, BH):
                 hh = h0 + tl.arange(0, BH)
                 mh = hh < HID
                 xv = tl.load(x_ptr + hh, mask=mh, other=0.0).to(tl.float32)
+                if NORM_X:
+                    xw = tl.load(xw_ptr + hh, mask=mh, other=0.0).to(tl.float32)
+                    xv = (xv * inv_x * (xw + 1.0)).to(dt).to(tl.float32)
                 acc_a += xv * tl.load(wa_ptr + hv * HID + hh, mask=mh, other=0.0).to(tl.float32)
                 acc_b += xv * tl.load(wb_ptr + hv * HID + hh, mask=mh, other=0.0).to(tl.float32)
             a_v = tl.sum(acc_a, axis=0).to(dt).to(tl.float32)  # F.linear output in the model dtype
@@ -171,13 +183,16 @@ def _gdn_counter_buffer(device: torch.device, n: int) -> torch.Tensor:
 def gdn_decode(mixed: torch.Tensor, z: torch.Tensor, state: torch.Tensor, A: torch.Tensor, dt_bias: torch.Tensor,
                norm_weight: torch.Tensor, eps: float, key_heads: int, *, a: torch.Tensor | None = None,
                b: torch.Tensor | None = None, x: torch.Tensor | None = None, wa: torch.Tensor | None = None,
-               wb: torch.Tensor | None = None, block_dv: int | None = None) -> torch.Tensor:
+               wb: torch.Tensor | None = None, block_dv: int | None = None,
+               x_norm_weight: torch.Tensor | None = None, x_norm_eps: float = 1e-6) -> torch.Tensor:
     """One token of the Gated DeltaNet mixer after the conv: returns the gated-normed ``o [1, HV*DV]``.
 
     ``mixed [1, 2*H*DK + HV*DV]`` (conv + SiLU output: q | k | v), ``z [1, HV*DV]``,
     ``state [HV, DK, DV]`` fp32 (updated in place), ``A`` (= -exp(A_log)) and ``dt_bias`` fp32
     ``[HV]``, ``norm_weight [DV]``. Gates from ``a, b [1, HV]`` or, for dense keep-list
-    projections, from ``x [1, HID]`` and the rows ``wa, wb [HV, HID]`` (dot products in-kernel).
+    projections, from ``x [1, HID]`` and the rows ``wa, wb [HV, HID]`` (dot products in-kernel);
+    with ``x_norm_weight`` (``w - 1``, Qwen3.5's offset form) ``x`` is the raw residual stream and every
+    program applies the layer's input RMSNorm to it first (no separate norm launch).
     ``block_dv`` (default :data:`GDN_BLOCK_DV`): value columns per program, grid
     ``(HV, ceil(DV / block_dv))``.
     """
@@ -195,6 +210,8 @@ def gdn_decode(mixed: torch.Tensor, z: torch.Tensor, state: torch.Tensor, A: tor
             raise ValueError("wa / wb must be contiguous [HV, HID]")
         xs = x.reshape(hid)
         a_arg = b_arg = xs
+        if x_norm_weight is not None and x_norm_weight.shape != (hid,):
+            raise ValueError("x_norm_weight must be [HID]")
     else:
         assert b is not None
         hid = 1
@@ -212,9 +229,11 @@ def gdn_decode(mixed: torch.Tensor, z: torch.Tensor, state: torch.Tensor, A: tor
     cnt = _gdn_counter_buffer(mixed.device, hv) if nsplit > 1 else out  # unused when not split
     bdk = triton.next_power_of_2(dk)
     _gdn_decode_kernel[(hv, nsplit)](
-        mixed, z, a_arg, b_arg, xs, wa, wb, A, dt_bias, state, norm_weight, out, cnt, hid, float(eps), dk ** -0.5,
+        mixed, z, a_arg, b_arg, xs, x_norm_weight if x_norm_weight is not None else xs, wa, wb, A, dt_bias, state,
+        norm_weight, out, cnt, hid, float(eps), float(x_norm_eps), dk ** -0.5,
         H=key_heads, HV=hv, DK=dk, DV=dv, BK=min(bdk, max(32, 4096 // bdvs)), BDK=bdk, BDV=bdv, BDVS=bdvs,
-        NSPLIT=nsplit, BH=min(1024, triton.next_power_of_2(hid)), AB_DOT=ab_dot, num_warps=4,
+        NSPLIT=nsplit, BH=min(1024, triton.next_power_of_2(hid)), AB_DOT=ab_dot,
+        NORM_X=ab_dot and x_norm_weight is not None, num_warps=4,
         **pdl.launch_options(mixed.device),
     )
     return out
@@ -380,6 +399,13 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
             plan["ab"] = (wb, wa) if dense_ab else None
             # the dot products read the same activation as the dense rows (rotated only if folded)
             plan["ab_folded"] = mixer.in_proj.group_folded[mixer.in_proj.order[2][0]]
+            # q|k|v and z as one unrotated Triton matrix beside dense a/b: RMSNorm fused into its activation
+            # quantisation, and the gates' dot products normalise x themselves (no norm launch)
+            (gq, jq), (gz, jz) = mixer.in_proj.order[0], mixer.in_proj.order[1]
+            grp = mixer.in_proj.groups[gq]
+            if dense_ab and gq == gz and len(grp.sizes) == 2 and not plan["ab_folded"] \
+                    and not mixer.in_proj.group_folded[gq] and isinstance(grp.fused, tlin.TritonLinear):
+                plan["in_fused"] = (grp.fused, grp.sizes, jq, jz)
             plan["norm_w"] = mixer.norm_act if mixer.norm_act.dtype == dtype else mixer.norm.to(dtype)
         else:
             if not (proj_ok(mixer.qkv) and ok(mixer.o_proj)):
@@ -399,12 +425,23 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
 
     def gdn(plan: dict, x: torch.Tensor) -> torch.Tensor:
         mx = plan["block"].mixer
+        rec = state.recurrent[mx.slot]
+        if "in_fused" in plan:
+            lin, sizes, jq, jz = plan["in_fused"]
+            y = tlin.fused_rmsnorm_matvec(x, plan["in_m1"], eps, lin.codes, lin.scales, lin.group_size,
+                                          lin.encoding, weight_offset=1.0).split(sizes, dim=-1)
+            mixed = dtk.conv_step(y[jq], state.conv[mx.slot], mx.conv_weight)
+            wb, wa = plan["ab"]
+            o = gdn_decode(mixed, y[jz], rec, mx.A, mx.dt_bias, plan["norm_w"], mx.eps, mx.nk, x=x, wa=wa, wb=wb,
+                           x_norm_weight=plan["in_m1"], x_norm_eps=eps)
+            if mx.out_perm is not None:
+                o = o.index_select(1, mx.out_perm)
+            return residual_linear(mx.out_proj, o, mx.out_folded, x)
         dense_ab = plan["ab"] is not None
         act = _Act(tn.rmsnorm(x, plan["in_m1"], eps, weight_offset=1.0), rotation) if dense_ab else None
         qkv, z, b, a = project(mx.in_proj, x, plan["in_m1"], frozenset((2, 3)) if dense_ab else frozenset(), act)
         assert qkv is not None and z is not None
         mixed = dtk.conv_step(qkv, state.conv[mx.slot], mx.conv_weight)
-        rec = state.recurrent[mx.slot]
         if act is not None:
             wb, wa = plan["ab"]
             o = gdn_decode(mixed, z, rec, mx.A, mx.dt_bias, plan["norm_w"], mx.eps, mx.nk,
@@ -492,6 +529,8 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         return logits.reshape(-1).to(torch.float32)
 
     step.state_buffers = (state.conv, state.recurrent)  # type: ignore[attr-defined]
+    # DeltaNet layers whose input norm is fused into the in-projection and the gates (for tests)
+    step.norm_fused_deltanet_layers = sum("in_fused" in p for p in plans)  # type: ignore[attr-defined]
     step.rotary_dim = rot  # type: ignore[attr-defined]
     return step
 

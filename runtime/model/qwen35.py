@@ -100,8 +100,19 @@ class _Act:
         return self._rotated
 
 
+def _row_layout(t: TernaryTensor | DenseTensor) -> tuple:
+    """What matrices must share to be stacked into one matmul (``qwen3._fuse_rows``)."""
+    if isinstance(t, TernaryTensor):
+        return ("ternary", t.shape[1], t.group_size, t.encoding)
+    return ("dense", t.shape[1], t.data.dtype)
+
+
 class _Projections(torch.nn.Module):
-    """Matmuls sharing one input: fused where they agree on layout and on being rotated."""
+    """Matmuls sharing one input: fused where they agree on layout and on being rotated.
+
+    Parts are grouped by (rotated or not, row layout), so the DeltaNet's ternary q|k|v and z rows are one
+    mat-vec even though its a/b rows are dense keep-list tensors (one launch fewer per layer, and one
+    activation quantisation fewer, than a matmul per part)."""
 
     def __init__(self, parts: list[TernaryTensor | DenseTensor], folded: list[bool],
                  make: Callable[..., torch.nn.Module]) -> None:
@@ -111,8 +122,8 @@ class _Projections(torch.nn.Module):
         self.group_folded: list[bool] = []
         for flag in (False, True):
             idx = [i for i, f in enumerate(folded) if f == flag]
-            if idx:
-                groups.append(idx)
+            for layout in dict.fromkeys(_row_layout(parts[i]) for i in idx):
+                groups.append([i for i in idx if _row_layout(parts[i]) == layout])
                 self.group_folded.append(flag)
         self.groups = torch.nn.ModuleList(_FusedOrSplit([parts[i] for i in g], make) for g in groups)
         where = {i: (gi, j) for gi, g in enumerate(groups) for j, i in enumerate(g)}

@@ -80,7 +80,11 @@ def test_hybrid_fused_step_equals_forward(case, monkeypatch):
     fused_model = _model(data, monkeypatch, fuse_rows, "triton")
     assert (fused_model.rotation is not None) == (rot is not None)
     assert fused_qwen35_step(ref) is None  # the reference backend is not graph-safe: no fused step
-    _assert_step_equals_forward(ref, fused_model)
+    step = _assert_step_equals_forward(ref, fused_model)
+    # unrotated, row-fused ternary q|k|v|z beside dense a/b: the input norm runs inside the mat-vec's
+    # quantisation and the gates kernel (no norm launch); every other layout keeps the separate norm
+    norm_fused = fuse_rows and not rot and not ternary_ab
+    assert (step.norm_fused_deltanet_layers > 0) == norm_fused
 
 
 def test_hybrid_fused_step_with_streamed_layers(monkeypatch):
@@ -106,7 +110,7 @@ def test_hybrid_fused_step_with_streamed_layers(monkeypatch):
     assert fused_qwen35_step(plain) is None
 
 
-def _assert_step_equals_forward(ref: Qwen35Model, fused_model: Qwen35Model) -> None:
+def _assert_step_equals_forward(ref: Qwen35Model, fused_model: Qwen35Model):
     """Prefill both by forward, then STEPS greedy tokens: ref by forward, the other by the step."""
     step = fused_qwen35_step(fused_model)
     assert step is not None
@@ -137,12 +141,14 @@ def _assert_step_equals_forward(ref: Qwen35Model, fused_model: Qwen35Model) -> N
                  (ref.cache.v[:, :, :live], fused_model.cache.v[:, :, :live])):
         assert (a - b).abs().max().item() < 1e-4 * max(a.abs().max().item(), 1.0)
     assert float(fused_model.state.recurrent.abs().max()) > 0  # (the state really is in use)
+    return step
 
 
 @pytest.mark.parametrize("block_dv", [None, 8, 4])
-@pytest.mark.parametrize("dense_ab", [True, False])
+@pytest.mark.parametrize("dense_ab", [True, False, "normed"])
 def test_hybrid_gdn_decode_kernel_matches_torch(dense_ab, block_dv):
-    """Odd sizes (padding lanes), 3 value heads per key head, both ways of getting the gates; one
+    """Odd sizes (padding lanes), 3 value heads per key head, both ways of getting the gates (dense rows:
+    on the normalised x, or on the raw x with the layer's RMSNorm applied in the kernel); one
     program per head (DV=20 < the default column block) and split over value columns (block 8:
     3 programs per head, the last one half padding; block 4: 5 per head), run twice so the
     split's arrival counters must have been reset."""
@@ -155,6 +161,9 @@ def test_hybrid_gdn_decode_kernel_matches_torch(dense_ab, block_dv):
     dt_bias = torch.randn(hv, generator=g)
     nw = 1 + 0.1 * torch.randn(dv, generator=g)
     x = torch.randn(1, hid, generator=g)
+    x_raw, xw_m1 = 3 * torch.randn(1, hid, generator=g), 0.2 * torch.randn(hid, generator=g)
+    if dense_ab == "normed":  # Qwen3.5's input norm, offset form (1 + w)
+        x = qwen35.rms_norm(x_raw, 1 + xw_m1, 1e-6)
     wa, wb = torch.randn(hv, hid, generator=g) / 6, torch.randn(hv, hid, generator=g) / 6
     a, b = x @ wa.t(), x @ wb.t()
     # torch reference (the model's unfused path)
@@ -170,6 +179,8 @@ def test_hybrid_gdn_decode_kernel_matches_torch(dense_ab, block_dv):
     s_dev = state.clone().to(DEV)
     args = (mixed.to(DEV), z.to(DEV), s_dev, A.to(DEV), dt_bias.to(DEV), nw.to(DEV), 1e-6, h)
     kw = dict(x=x.to(DEV), wa=wa.to(DEV), wb=wb.to(DEV)) if dense_ab else dict(a=a.to(DEV), b=b.to(DEV))
+    if dense_ab == "normed":
+        kw.update(x=x_raw.to(DEV), x_norm_weight=xw_m1.to(DEV), x_norm_eps=1e-6)
     got = gdn_decode(*args, **kw, block_dv=block_dv)
     got2 = gdn_decode(*args, **kw, block_dv=block_dv)
     assert torch.allclose(got.cpu(), want, atol=1e-5, rtol=1e-5)
