@@ -539,13 +539,13 @@ def _gemv_q8c_kernel(
 
 
 @triton.jit
-def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, wb, live, N, KW, NG, WPG: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_W: tl.constexpr, DUAL: tl.constexpr, EVEN_K: tl.constexpr):
-    """Weight words and their group scales (both matrices when DUAL) of row tile ``t``, word block ``wb``;
+def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.constexpr, BLOCK_N: tl.constexpr,
+              WIDTH: tl.constexpr, DUAL: tl.constexpr, EVEN: tl.constexpr):
+    """Weight words ``[w0, w0 + WIDTH)`` of row tile ``t`` and their group scales (both matrices when DUAL);
     everything masked off when ``live`` is false (the prefetch past a program's last step)."""
     offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
-    wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
-    if EVEN_K:
+    wk = w0 + tl.arange(0, WIDTH)
+    if EVEN:
         km = wk >= 0
     else:
         km = wk < KW
@@ -563,10 +563,10 @@ def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, wb, live, N, KW, NG, WPG: tl.cons
 
 
 @triton.jit
-def _q8p_x(q_row, wb, KW, BLOCK_W: tl.constexpr, EVEN_K: tl.constexpr):
-    """Word block ``wb`` of a quantised x row: the four packed int8 planes, the fp32 scales, the sums."""
-    wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
-    if EVEN_K:
+def _q8p_x(q_row, w0, KW, WIDTH: tl.constexpr, EVEN: tl.constexpr):
+    """Words ``[w0, w0 + WIDTH)`` of a quantised x row: the four packed int8 planes, fp32 scales, sums."""
+    wk = w0 + tl.arange(0, WIDTH)
+    if EVEN:
         km = wk >= 0
     else:
         km = wk < KW
@@ -581,7 +581,7 @@ def _q8p_x(q_row, wb, KW, BLOCK_W: tl.constexpr, EVEN_K: tl.constexpr):
 
 @triton.jit
 def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM: tl.constexpr):
-    """fp32 partial products ``[BLOCK_N, BLOCK_W]`` of one weight tile with int8 x (as in ``_gemv_q8_kernel``)."""
+    """fp32 partial products ``[BLOCK_N, WIDTH]`` of one weight tile with int8 x (as in ``_gemv_q8_kernel``)."""
     dot = _dp4a(words & 0x03030303, x0, tl.zeros(words.shape, tl.int32), USE_ASM)
     dot = _dp4a((words >> 2) & 0x03030303, x1, dot, USE_ASM)
     dot = _dp4a((words >> 4) & 0x03030303, x2, dot, USE_ASM)
@@ -594,28 +594,37 @@ def _gemv_q8p_kernel(
     q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
     M, N, KW, NG,
-    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, ONE_K: tl.constexpr,
-    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
-    USE_GDC: tl.constexpr,
+    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, TAIL: tl.constexpr, ONE_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_T: tl.constexpr,
+    USE_ASM: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """Persistent W2A8 mat-vec: a few programs per SM walk the row tiles (tile pid, pid + P, ...) and
     load the *next* step's weight words and scales before computing the current one, so every
     program keeps a tile in flight while it computes, reduces and stores — the one-tile-per-program
     kernels (``_gemv_q8_kernel``) load, wait, compute and exit, and measured 1.3-2x a plain read of
-    their own tiles on the H200. A step is one (row tile, word block); with ``ONE_K`` (a whole row per
-    block) the quantised x is loaded once per program instead of once per step."""
+    their own tiles on the H200. A step is one (row tile, word block). With ``ONE_K`` a step is a whole
+    row — ``BLOCK_W`` words (masked past K unless ``EVEN_K``) plus, when ``TAIL`` > 0, a second block of
+    ``TAIL`` words after them (so K = 5120 is 256 + 64 words, not 512 with 192 idle lanes) — and the
+    quantised x is loaded once per program instead of once per step."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     pid_m = tl.program_id(1)
     q_row = q_ptr + pid_m * 7 * KW
     n_tiles = tl.cdiv(N, BLOCK_N)
     n_wb = tl.cdiv(KW, BLOCK_W)
+    if ONE_K:
+        n_wb = 1
     total = tl.cdiv(n_tiles - pid, nprog) * n_wb
     words, sc, words2, sc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, 0, total > 0, N, KW, NG, WPG,
                                        BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+    if TAIL > 0:
+        tw, tsc, tw2, tsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, BLOCK_W, total > 0, N, KW, NG, WPG,
+                                       BLOCK_N, TAIL, DUAL, EVEN_T)
     gdc_wait(USE_GDC)
     if ONE_K:
         x0, x1, x2, x3, xs, xsum = _q8p_x(q_row, 0, KW, BLOCK_W, EVEN_K)
+        if TAIL > 0:
+            tx0, tx1, tx2, tx3, txs, txsum = _q8p_x(q_row, BLOCK_W, KW, TAIL, EVEN_T)
     acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
     for i in range(total):
@@ -629,18 +638,27 @@ def _gemv_q8p_kernel(
             wb = i % n_wb
             t1 = pid + ((i + 1) // n_wb) * nprog
             wb1 = (i + 1) % n_wb
-        nwords, nsc, nwords2, nsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, wb1, i + 1 < total, N, KW, NG,
-                                               WPG, BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+        nwords, nsc, nwords2, nsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, wb1 * BLOCK_W, i + 1 < total, N,
+                                               KW, NG, WPG, BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+        if TAIL > 0:
+            ntw, ntsc, ntw2, ntsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, BLOCK_W, i + 1 < total, N, KW, NG,
+                                               WPG, BLOCK_N, TAIL, DUAL, EVEN_T)
         if not ONE_K:
-            x0, x1, x2, x3, xs, xsum = _q8p_x(q_row, wb, KW, BLOCK_W, EVEN_K)
+            x0, x1, x2, x3, xs, xsum = _q8p_x(q_row, wb * BLOCK_W, KW, BLOCK_W, EVEN_K)
         part = _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM)
         part2 = part
         if DUAL:
             part2 = _q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xsum, USE_ASM)
         offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         if ONE_K:  # a whole row per step: reduce and store now, nothing carried to the next step
-            _gemv_epilogue(tl.sum(part, axis=1), tl.sum(part2, axis=1), offs_n, offs_n < N, pid_m,
-                           r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+            acc = tl.sum(part, axis=1)
+            acc2 = tl.sum(part2, axis=1)
+            if TAIL > 0:
+                acc += tl.sum(_q8p_dot(tw, tsc, tx0, tx1, tx2, tx3, txs, txsum, USE_ASM), axis=1)
+                if DUAL:
+                    acc2 += tl.sum(_q8p_dot(tw2, tsc2, tx0, tx1, tx2, tx3, txs, txsum, USE_ASM), axis=1)
+                tw, tsc, tw2, tsc2 = ntw, ntsc, ntw2, ntsc2
+            _gemv_epilogue(acc, acc2, offs_n, offs_n < N, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
         else:
             acc2d += part
             acc2d2 += part2
@@ -1059,16 +1077,20 @@ _Q8C_CANDIDATES = [("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2), ("q8c", 8, 10
                    ("q8c", 16, 1024, 1, 8), ("q8c", 2, 8192, 1, 2), ("q8c", 4, 8192, 1, 4), ("q8c", 8, 1024, 4, 4),
                    ("q8c", 4, 1024, 3, 4)]
 # persistent (a few programs per SM walk the row tiles, next tile loaded while computing this one):
-# ("q8p", BLOCK_N, BLOCK_K, programs per SM, warps)
+# ("q8p", BLOCK_N, BLOCK_K, programs per SM, warps); BLOCK_K 0 = a whole row per step, as a power-of-two block
+# of words plus a power-of-two tail (K = 5120: 256 + 64 words)
 _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 4096, 8, 2), ("q8p", 2, 4096, 16, 2),
                    ("q8p", 8, 2048, 4, 4), ("q8p", 4, 2048, 8, 2), ("q8p", 8, 1024, 4, 4), ("q8p", 4, 4096, 4, 4),
                    ("q8p", 8, 4096, 2, 4), ("q8p", 8, 4096, 4, 8), ("q8p", 2, 8192, 8, 4), ("q8p", 4, 8192, 4, 4),
-                   ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2)]
+                   ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2),
+                   ("q8p", 2, 0, 8, 2), ("q8p", 4, 0, 8, 2), ("q8p", 4, 0, 4, 2), ("q8p", 2, 0, 8, 4),
+                   ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4)]
 # (the full-tune winners on the H200 for Bonsai-8B shapes come first: small programs, many loads in flight)
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4),
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
              ("q8c", 8, 1024, 1, 4), ("q8c", 4, 2048, 1, 2), ("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2),
-             ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2)]
+             ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2), ("q8p", 2, 0, 8, 2),
+             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4)]
 Q8_PLANES = 7  # int32 rows per x row written by _quant_x_kernel (the kernels spell it out as 7)
 # int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
 # warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts
@@ -1306,11 +1328,17 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         bc = max(1, bk // 64)
         _gemv_q8c_kernel[(n_tiles, m, sk)](*args, BLOCK_C=bc, EVEN_K=(kw // 4) % bc == 0, **common)
     elif cfg[0] == "q8p":  # persistent: the third field is programs per SM, not a K split
-        bw = max(1, bk // 16)
         common.pop("SPLIT_K")
         progs = min(n_tiles, _sm_count(x2.device) * sk)
-        _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, ONE_K=bw >= kw, EVEN_K=kw % bw == 0,
-                                     **common)
+        if bk == 0:  # a whole row per step: the largest power of two of words, then the rest (rounded up)
+            bw = 1 << (kw.bit_length() - 1)
+            tail = triton.next_power_of_2(kw - bw) if kw > bw else 0
+            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=tail, ONE_K=True, EVEN_K=True,
+                                         EVEN_T=tail == kw - bw, **common)
+        else:
+            bw = max(1, bk // 16)
+            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=0, ONE_K=bw >= kw,
+                                         EVEN_K=kw % bw == 0, EVEN_T=True, **common)
     else:
         bw = max(1, bk // 16)
         _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
