@@ -94,6 +94,31 @@ def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
         assert rel(r, e) < TOL[torch.bfloat16]
 
 
+@pytest.mark.parametrize("k", [5120, 6144, 17408, 9728])
+@pytest.mark.parametrize("cfg", [c for c in tlin._Q8P_CANDIDATES if c[2] == 0])
+def test_gpu_matvec_q8p_whole_row_tails(cfg: tuple, k: int) -> None:
+    """Persistent mat-vec, a whole row per step at the 27B widths (320 = 256 + 64, 384 = 256 + 128,
+    1088 = 1024 + 64 words) and the 4B FFN (608 = 512 + 96 of a 128-word tail): SwiGLU + norm and
+    residual at batch 1 and 3, bitwise reproducible."""
+    n = 2000
+    codes, scales = weight(n, k, seed=5)
+    up_codes, up_scales = weight(n, k, seed=6)
+    nw = torch.rand(k, device=DEV, dtype=torch.bfloat16) + 0.5
+    for m in (1, 3):
+        xb = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+        y = tlin.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+                               config=cfg)
+        e = ref.ref_swiglu_matvec(ref.ref_int8_activations(ref.ref_rmsnorm(xb, nw, 1e-6)),
+                                  codes, scales, up_codes, up_scales, 128)
+        assert rel(y, e) < TOL[torch.bfloat16]
+        assert torch.equal(y, tlin.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales,
+                                                 norm_weight=nw, config=cfg))
+        r = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
+        e = ref.ref_ternary_matmul(ref.ref_int8_activations(xb), codes, scales, 128, residual=r.float())
+        tlin.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=cfg)
+        assert rel(r, e) < TOL[torch.bfloat16]
+
+
 @pytest.mark.parametrize("cfg", tlin._GEMV_CANDIDATES + tlin._DOT_CANDIDATES + tlin._XP_CANDIDATES
                          + tlin._X3_CANDIDATES)
 def test_gpu_matvec_every_config_batch(cfg: tuple) -> None:
