@@ -580,6 +580,28 @@ def _q8p_x(q_row, w0, KW, WIDTH: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.jit
+def _q8p_quant(x_row, nw_ptr, w0, K, inv, norm_offset, WIDTH: tl.constexpr, NORM: tl.constexpr,
+               NORM_QWEN3: tl.constexpr):
+    """Words ``[w0, w0 + WIDTH)`` of x quantised in registers, exactly as ``_quant_x_kernel`` writes them
+    (same arithmetic, so q8px and q8/q8p give the same products): packed int8 planes, scales, sums."""
+    w = w0 + tl.arange(0, WIDTH)
+    kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
+    xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)  # [WIDTH, 16], 0 past K
+    amax = tl.max(tl.abs(xf), axis=1)
+    scale = amax / 127.0
+    rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
+    q = tl.floor(xf * rcp[:, None] + 0.5)
+    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int32)  # index 4b + j
+    qsum = tl.sum(q, axis=1)
+    q3 = tl.reshape(q & 0xFF, [WIDTH, 4, 4])  # [w, b, j]
+    packed = tl.sum(q3 << (tl.arange(0, 4) * 8)[None, :, None], axis=1)  # [w, j]
+    even, odd = tl.split(tl.reshape(packed, [WIDTH, 2, 2]))  # j = 0, 2 | j = 1, 3
+    x0, x2 = tl.split(even)
+    x1, x3 = tl.split(odd)
+    return x0[None, :], x1[None, :], x2[None, :], x3[None, :], scale[None, :], qsum[None, :]
+
+
+@triton.jit
 def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM: tl.constexpr):
     """fp32 partial products ``[BLOCK_N, WIDTH]`` of one weight tile with int8 x (as in ``_gemv_q8_kernel``)."""
     dot = _dp4a(words & 0x03030303, x0, tl.zeros(words.shape, tl.int32), USE_ASM)
@@ -593,9 +615,10 @@ def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM: tl.constexpr):
 def _gemv_q8p_kernel(
     q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
-    M, N, KW, NG,
+    M, N, KW, NG, x_ptr, stride_xm, nw_ptr, K, eps, norm_offset,
     WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, TAIL: tl.constexpr, ONE_K: tl.constexpr,
     DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_T: tl.constexpr,
+    QUANT_X: tl.constexpr, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr,
     USE_ASM: tl.constexpr, USE_GDC: tl.constexpr,
 ):
     """Persistent W2A8 mat-vec: a few programs per SM walk the row tiles (tile pid, pid + P, ...) and
@@ -605,7 +628,9 @@ def _gemv_q8p_kernel(
     their own tiles on the H200. A step is one (row tile, word block). With ``ONE_K`` a step is a whole
     row — ``BLOCK_W`` words (masked past K unless ``EVEN_K``) plus, when ``TAIL`` > 0, a second block of
     ``TAIL`` words after them (so K = 5120 is 256 + 64 words, not 512 with 192 idle lanes) — and the
-    quantised x is loaded once per program instead of once per step."""
+    quantised x is loaded once per program instead of once per step; with ``QUANT_X`` (whole rows only)
+    every program quantises the bf16 x row itself (RMSNorm fused when ``NORM``), so the mat-vec needs no
+    quantisation launch before it."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     pid_m = tl.program_id(1)
@@ -621,7 +646,21 @@ def _gemv_q8p_kernel(
         tw, tsc, tw2, tsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, BLOCK_W, total > 0, N, KW, NG, WPG,
                                        BLOCK_N, TAIL, DUAL, EVEN_T)
     gdc_wait(USE_GDC)
-    if ONE_K:
+    if QUANT_X:
+        x_row = x_ptr + pid_m * stride_xm
+        inv = 1.0
+        if NORM:  # the same reduction as _quant_x_kernel's, so the same bits
+            ss = tl.zeros([NORM_BLOCK], tl.float32)
+            for k0 in range(0, K, NORM_BLOCK):
+                kk = k0 + tl.arange(0, NORM_BLOCK)
+                xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+                ss += xv * xv
+            inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        x0, x1, x2, x3, xs, xsum = _q8p_quant(x_row, nw_ptr, 0, K, inv, norm_offset, BLOCK_W, NORM, NORM_QWEN3)
+        if TAIL > 0:
+            tx0, tx1, tx2, tx3, txs, txsum = _q8p_quant(x_row, nw_ptr, BLOCK_W, K, inv, norm_offset, TAIL, NORM,
+                                                        NORM_QWEN3)
+    elif ONE_K:
         x0, x1, x2, x3, xs, xsum = _q8p_x(q_row, 0, KW, BLOCK_W, EVEN_K)
         if TAIL > 0:
             tx0, tx1, tx2, tx3, txs, txsum = _q8p_x(q_row, BLOCK_W, KW, TAIL, EVEN_T)
@@ -1085,12 +1124,16 @@ _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 40
                    ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2),
                    ("q8p", 2, 0, 8, 2), ("q8p", 4, 0, 8, 2), ("q8p", 4, 0, 4, 2), ("q8p", 2, 0, 8, 4),
                    ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4)]
+# the same quantising x itself in every program (no quantisation launch; whole rows): ("q8px", BLOCK_N, 0, ...)
+_Q8PX_CANDIDATES = [("q8px", 2, 0, 8, 2), ("q8px", 4, 0, 8, 2), ("q8px", 4, 0, 4, 4), ("q8px", 2, 0, 8, 4),
+                    ("q8px", 2, 0, 4, 2), ("q8px", 8, 0, 4, 4), ("q8px", 4, 0, 4, 2), ("q8px", 2, 0, 16, 2)]
 # (the full-tune winners on the H200 for Bonsai-8B shapes come first: small programs, many loads in flight)
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4),
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
              ("q8c", 8, 1024, 1, 4), ("q8c", 4, 2048, 1, 2), ("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2),
              ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2), ("q8p", 2, 0, 8, 2),
-             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4)]
+             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4), ("q8px", 2, 0, 8, 2), ("q8px", 4, 0, 8, 2),
+             ("q8px", 4, 0, 4, 4), ("q8px", 2, 0, 4, 2)]
 Q8_PLANES = 7  # int32 rows per x row written by _quant_x_kernel (the kernels spell it out as 7)
 # int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
 # warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts
@@ -1306,39 +1349,45 @@ def _splitk_buffers(sk: int, m: int, n: int, dual: bool, tiles: int, y2: torch.T
 
 
 def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
-    _, bn, bk, sk, warps = cfg
+    kind, bn, bk, sk, warps = cfg
     m = x2.shape[0]
     kw = k // 16
-    qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
     gdc = pdl.launch_options(x2.device)
-    qw = min(64, triton.next_power_of_2(kw))
-    _quant_x_kernel[(m, triton.cdiv(kw, qw))](
-        x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
-        BLOCK_W=qw, NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0,
-        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4, **gdc)
+    norm = dict(NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, NORM_BLOCK=min(4096, triton.next_power_of_2(k)))
+    if kind == "q8px":  # the mat-vec quantises x itself: no buffer, no launch
+        qx = y2
+    else:
+        qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
+        qw = min(64, triton.next_power_of_2(kw))
+        _quant_x_kernel[(m, triton.cdiv(kw, qw))](
+            x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
+            BLOCK_W=qw, num_warps=4, **norm, **gdc)
     n_tiles = triton.cdiv(n, bn)
-    part, cnt = _splitk_buffers(1 if cfg[0] == "q8p" else sk, m, n, dual, m * n_tiles, y2)
+    persistent = kind in ("q8p", "q8px")
+    part, cnt = _splitk_buffers(1 if persistent else sk, m, n, dual, m * n_tiles, y2)
     wv = w.view(torch.int32)
     args = (qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
             r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
             part, cnt, m, n, kw, k // g)
     common = dict(WPG=g // 16, BLOCK_N=bn, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
                   USE_ASM=not INTERPRET, num_warps=warps, **gdc)
-    if cfg[0] == "q8c":  # chunks of 4 words (64 weights)
+    if kind == "q8c":  # chunks of 4 words (64 weights)
         bc = max(1, bk // 64)
         _gemv_q8c_kernel[(n_tiles, m, sk)](*args, BLOCK_C=bc, EVEN_K=(kw // 4) % bc == 0, **common)
-    elif cfg[0] == "q8p":  # persistent: the third field is programs per SM, not a K split
+    elif persistent:  # the third field is programs per SM, not a K split
         common.pop("SPLIT_K")
         progs = min(n_tiles, _sm_count(x2.device) * sk)
-        if bk == 0:  # a whole row per step: the largest power of two of words, then the rest (rounded up)
+        xargs = (x2, x2.stride(0), nw if nw is not None else x2, k, float(eps), float(norm_offset))
+        if bk == 0 or kind == "q8px":  # a whole row per step: a power of two of words, then the rest (rounded up)
             bw = 1 << (kw.bit_length() - 1)
             tail = triton.next_power_of_2(kw - bw) if kw > bw else 0
-            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=tail, ONE_K=True, EVEN_K=True,
-                                         EVEN_T=tail == kw - bw, **common)
+            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=tail, ONE_K=True,
+                                         EVEN_K=True, EVEN_T=tail == kw - bw, QUANT_X=kind == "q8px", **norm,
+                                         **common)
         else:
             bw = max(1, bk // 16)
-            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=0, ONE_K=bw >= kw,
-                                         EVEN_K=kw % bw == 0, EVEN_T=True, **common)
+            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=0, ONE_K=bw >= kw,
+                                         EVEN_K=kw % bw == 0, EVEN_T=True, QUANT_X=False, **norm, **common)
     else:
         bw = max(1, bk // 16)
         _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
@@ -1398,7 +1447,7 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         # a layout it cannot read (odd bytes per group, e.g. G = 64): the exact t3 kernel
         cfg = _INTERPRET_GEMV if INTERPRET else _GEMV_CANDIDATES[0]
         cfg = (cfg[0], max(min(cfg[1], triton.next_power_of_2(k)), g), cfg[2], cfg[3])
-    if cfg[0] in ("q8", "q8c", "q8p"):
+    if cfg[0] in ("q8", "q8c", "q8p", "q8px"):
         if encoding != T2:
             raise ValueError("the int8-activation mat-vec handles t2 weights")
         if cfg[0] == "q8c" and g < 64:
@@ -1473,12 +1522,13 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
     cands: list[tuple] = []
 
     def fits(c: tuple) -> bool:
-        if c[0] == "q8p":  # at least one tile per program
+        if c[0] in ("q8p", "q8px"):  # at least one tile per program
             return m * triton.cdiv(n, c[1]) >= 64
         return c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64
 
     if int8:
-        cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES if fits(c)]
+        cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES
+                  + _Q8PX_CANDIDATES if fits(c)]
     if q3:
         kw3 = (k // g) * t3_bytes_per_group(g) // 4
         cands += [c for c in _Q3_CANDIDATES if c[3] <= triton.cdiv(kw3, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]

@@ -70,8 +70,9 @@ def candidates(variants: str = "all") -> list[tuple]:
     """``all``: every q8/q8c/q8p candidate plus EXTRA; ``quick``: the tuner's default set (q8p included)
     plus every q8p candidate."""
     if variants == "quick":
-        return list(dict.fromkeys(tlin._QUICK_Q8 + tlin._Q8P_CANDIDATES))
-    return list(dict.fromkeys(tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES + EXTRA))
+        return list(dict.fromkeys(tlin._QUICK_Q8 + tlin._Q8P_CANDIDATES + tlin._Q8PX_CANDIDATES))
+    return list(dict.fromkeys(tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES + tlin._Q8PX_CANDIDATES
+                              + EXTRA))
 
 
 def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128, variants: str = "all") -> dict:
@@ -104,7 +105,7 @@ def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128, 
     results = []
     for cfg in candidates(variants):
         kind_, bn, bk, sk, warps = cfg
-        persistent = kind_ == "q8p"  # its third field is programs per SM, not a K split
+        persistent = kind_ in ("q8p", "q8px")  # its third field is programs per SM, not a K split
         if not persistent and (sk > triton.cdiv(k, bk) or triton.cdiv(n, bn) * sk < 64):
             continue
         bw = max(1, bk // 16)
@@ -130,8 +131,9 @@ def sweep_shape(model: str, name: str, n: int, k: int, kind: str, g: int = 128, 
     for r in ok[:TOP]:
         print(f"  {','.join(map(str, r['cfg'])):16s} {r['us']:6.2f} us {r['GBps']:6.0f} GB/s | stream {r['stream_us']:6.2f} us"
               f" | wpt {r['words_per_thread']:2d} | diff {r['rel_diff_vs_first']}")
-    for tag, rows in (("one tile per program", [r for r in ok if r["cfg"][0] != "q8p"]),
-                      ("persistent (q8p)", [r for r in ok if r["cfg"][0] == "q8p"])):
+    for tag, rows in (("one tile per program", [r for r in ok if r["cfg"][0] not in ("q8p", "q8px")]),
+                      ("persistent (q8p)", [r for r in ok if r["cfg"][0] == "q8p"]),
+                      ("persistent, x quantised in-kernel (q8px)", [r for r in ok if r["cfg"][0] == "q8px"])):
         if rows:
             print(f"  best {tag}: {','.join(map(str, rows[0]['cfg']))} {rows[0]['us']:.2f} us")
     best_stream = min((r["stream_us"] for r in ok if r["stream_us"] == r["stream_us"]), default=float("nan"))

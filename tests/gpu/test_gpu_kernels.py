@@ -55,7 +55,7 @@ def test_gpu_matvec_shapes(n: int, k: int, dtype: torch.dtype) -> None:
 
 
 @pytest.mark.parametrize("cfg", [("q8", 2, 4096, 1, 2), ("q8c", 2, 4096, 1, 2), ("q8c", 4, 4096, 1, 2),
-                                 ("q8p", 2, 4096, 8, 2)])
+                                 ("q8p", 2, 4096, 8, 2), ("q8px", 2, 0, 8, 2)])
 def test_gpu_matvec_more_row_tiles_than_a_grid_dimension_holds(cfg: tuple) -> None:
     """An LM head in 2-row tiles is 75,835 programs: more than grid dimension 1 allows (65,535), so the
     row tiles go in dimension 0 (the launch failed with "invalid argument" before)."""
@@ -66,7 +66,8 @@ def test_gpu_matvec_more_row_tiles_than_a_grid_dimension_holds(cfg: tuple) -> No
     assert rel(y, ref.ref_ternary_matmul(ref.ref_int8_activations(x), codes, scales, 128)) < 5e-4
 
 
-@pytest.mark.parametrize("cfg", tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES)
+@pytest.mark.parametrize("cfg", tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES
+                         + tlin._Q8PX_CANDIDATES)
 def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
     """W2A8 (dp4a) mat-vec at 8B shapes, batch 1..8, plain / fused norm / SwiGLU / residual."""
     n, k = 6144, 4096
@@ -95,7 +96,7 @@ def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
 
 
 @pytest.mark.parametrize("k", [5120, 6144, 17408, 9728])
-@pytest.mark.parametrize("cfg", [c for c in tlin._Q8P_CANDIDATES if c[2] == 0])
+@pytest.mark.parametrize("cfg", [c for c in tlin._Q8P_CANDIDATES if c[2] == 0] + tlin._Q8PX_CANDIDATES[:3])
 def test_gpu_matvec_q8p_whole_row_tails(cfg: tuple, k: int) -> None:
     """Persistent mat-vec, a whole row per step at the 27B widths (320 = 256 + 64, 384 = 256 + 128,
     1088 = 1024 + 64 words) and the 4B FFN (608 = 512 + 96 of a 128-word tail): SwiGLU + norm and

@@ -149,7 +149,7 @@ def test_kernels_bad_inputs_raise() -> None:
 @pytest.mark.parametrize("cfg", [("q8", 16, 64, 1, 4), ("q8", 8, 128, 2, 4), ("q8", 4, 256, 3, 4),
                                  ("q8c", 16, 64, 1, 4), ("q8c", 8, 128, 2, 4), ("q8c", 4, 256, 3, 4),
                                  ("q8p", 4, 64, 1, 4), ("q8p", 2, 512, 3, 2), ("q8p", 16, 128, 1, 4),
-                                 ("q8p", 2, 256, 3, 4), ("q8p", 4, 0, 1, 4)])
+                                 ("q8p", 2, 256, 3, 4), ("q8p", 4, 0, 1, 4), ("q8px", 4, 0, 3, 4)])
 @pytest.mark.parametrize("g", [64, 128])
 def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     """W2A8 mat-vec (dp4a emulated in the interpreter) == the fp32 reference on int8-rounded x,
@@ -157,7 +157,7 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     q8c (4-word chunks): K = 24 words is 6 chunks, uneven against 1, 2 and 4 chunks per tile.
     q8p (persistent; 3 "SMs" under the interpreter): 3 or 9 programs walking 2-12 row tiles, some programs
     with one tile more than others, a whole masked row per step (512), 2-6 word blocks per tile, or a whole
-    row as 16 + 8 words (BLOCK_K 0)."""
+    row as 16 + 8 words (BLOCK_K 0); q8px quantises x (and normalises it) inside the mat-vec."""
     n, k, m = 24, 384, 2  # K = 24 words: uneven against every BLOCK_K above
     codes, scales = make_weight(n, k, g, "t2", seed=31)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=32)
@@ -179,7 +179,7 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     assert rel(resid, e) < 1e-5
 
 
-@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4)])
+@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8px", 2, 0, 1, 2)])
 def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     """K = 21 words (G = 16): a whole row per step is 16 words plus a tail block of 8 with 3 masked lanes;
     plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over 3 / 9 programs."""

@@ -52,7 +52,8 @@ def test_shipped_configs_are_known_candidates():
     """Every config in the shipped tuned files names a kernel variant and tile the launcher knows (a stale entry
     would otherwise only fail on that GPU, at that shape)."""
     gemv = set(tlin._GEMV_CANDIDATES + tlin._XP_CANDIDATES + tlin._X3_CANDIDATES + tlin._DOT_CANDIDATES
-               + tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES + tlin._Q3_CANDIDATES)
+               + tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES + tlin._Q8PX_CANDIDATES
+               + tlin._Q3_CANDIDATES)
     files = sorted(tlin.TUNED_DIR.glob("*.json"))
     assert files
     for f in files:
@@ -61,7 +62,7 @@ def test_shipped_configs_are_known_candidates():
             if kind == "gemv":
                 assert tuple(cfg) in gemv, (f.name, key, cfg)
                 if key.endswith("|a8"):
-                    assert cfg[0] in ("q8", "q8c", "q8p", "q3"), (f.name, key, cfg)
+                    assert cfg[0] in ("q8", "q8c", "q8p", "q8px", "q3"), (f.name, key, cfg)
             else:
                 assert kind == "prefill", (f.name, key)
                 assert cfg[0] == "dequant" or tuple(cfg[1]) in tlin._MM_CANDIDATES, (f.name, key, cfg)
