@@ -40,6 +40,7 @@ try:
 
     from runtime.kernels import pdl
     from runtime.kernels.pdl import gdc_wait
+    from runtime.kernels.triton_linear import row_inv_rms
 except ImportError:  # CPU-only install: the step is simply not available
     triton = None  # type: ignore[assignment]
 
@@ -105,12 +106,7 @@ if triton is not None:
             acc_b = tl.zeros([BH], tl.float32)
             inv_x = 1.0
             if NORM_X:  # x is the residual stream: the layer's input RMSNorm (Qwen3.5 rounding) first
-                ss = tl.zeros([BH], tl.float32)
-                for h0 in range(0, HID, BH):
-                    hh = h0 + tl.arange(0, BH)
-                    xv = tl.load(x_ptr + hh, mask=hh < HID, other=0.0).to(tl.float32)
-                    ss += xv * xv
-                inv_x = tl.rsqrt(tl.sum(ss, axis=0) / HID + x_eps)
+                inv_x = row_inv_rms(x_ptr, HID, x_eps, BH)
             for h0 in range(0, HID, BH):
                 hh = h0 + tl.arange(0, BH)
                 mh = hh < HID

@@ -51,6 +51,18 @@ TUNED_DIR = Path(__file__).with_name("tuned")
 # ---------------------------------------------------------------------------------------------
 
 @triton.jit
+def row_inv_rms(x_row, K, eps, BLOCK: tl.constexpr):
+    """1 / RMS of one row from BLOCK-wide fp32 partial sums of squares (kernels that normalise the same row
+    with the same BLOCK get the same bits, e.g. the quantisation launch and the q8px mat-vec)."""
+    ss = tl.zeros([BLOCK], tl.float32)
+    for k0 in range(0, K, BLOCK):
+        kk = k0 + tl.arange(0, BLOCK)
+        xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
+        ss += xv * xv
+    return tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+
+
+@triton.jit
 def _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr):
     """x[kk] as fp32, optionally RMS-normalised with HF's rounding order for the model dtype."""
     m = kk < K
@@ -163,12 +175,7 @@ def _gemv_kernel(
     x_row = x_ptr + pid_m * stride_xm
     inv_rms = 1.0
     if NORM:
-        ss = tl.zeros([BLOCK_K], tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            kk = k0 + tl.arange(0, BLOCK_K)
-            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
-            ss += xv * xv
-        inv_rms = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        inv_rms = row_inv_rms(x_row, K, eps, BLOCK_K)
 
     n_kb = tl.cdiv(K, BLOCK_K)
     per_split = tl.cdiv(n_kb, SPLIT_K)
@@ -295,12 +302,7 @@ def _prep_plain(x_row, nw_ptr, xp_row, K, eps, norm_offset, BLOCK: tl.constexpr,
                 NORM_QWEN3: tl.constexpr):
     inv_rms = 1.0
     if NORM:
-        ss = tl.zeros([BLOCK], tl.float32)
-        for k0 in range(0, K, BLOCK):
-            kk = k0 + tl.arange(0, BLOCK)
-            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
-            ss += xv * xv
-        inv_rms = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        inv_rms = row_inv_rms(x_row, K, eps, BLOCK)
     kw = K // 16
     for k0 in range(0, K, BLOCK):
         kk = k0 + tl.arange(0, BLOCK)
@@ -342,12 +344,7 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
     q_row = q_ptr + row * 7 * KW
     inv = 1.0
     if NORM:  # every program reduces the whole (small, L2-resident) row: no second launch
-        ss = tl.zeros([NORM_BLOCK], tl.float32)
-        for k0 in range(0, K, NORM_BLOCK):
-            kk = k0 + tl.arange(0, NORM_BLOCK)
-            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
-            ss += xv * xv
-        inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
     # one block of BLOCK_W words per program
     w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
@@ -650,12 +647,7 @@ def _gemv_q8p_kernel(
         x_row = x_ptr + pid_m * stride_xm
         inv = 1.0
         if NORM:  # the same reduction as _quant_x_kernel's, so the same bits
-            ss = tl.zeros([NORM_BLOCK], tl.float32)
-            for k0 in range(0, K, NORM_BLOCK):
-                kk = k0 + tl.arange(0, NORM_BLOCK)
-                xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
-                ss += xv * xv
-            inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+            inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
         x0, x1, x2, x3, xs, xsum = _q8p_quant(x_row, nw_ptr, 0, K, inv, norm_offset, BLOCK_W, NORM, NORM_QWEN3)
         if TAIL > 0:
             tx0, tx1, tx2, tx3, txs, txsum = _q8p_quant(x_row, nw_ptr, BLOCK_W, K, inv, norm_offset, TAIL, NORM,
@@ -779,12 +771,7 @@ def _quant_x3_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW3, eps, norm_offset, 
     q_row = q_ptr + row * 13 * KW3
     inv = 1.0
     if NORM:
-        ss = tl.zeros([NORM_BLOCK], tl.float32)
-        for k0 in range(0, K, NORM_BLOCK):
-            kk = k0 + tl.arange(0, NORM_BLOCK)
-            xv = tl.load(x_row + kk, mask=kk < K, other=0.0).to(tl.float32)
-            ss += xv * xv
-        inv = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
     w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     amax = tl.zeros([BLOCK_W], tl.float32)
     for bb in tl.static_range(4):
