@@ -1111,7 +1111,9 @@ _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 40
                    ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2),
                    ("q8p", 2, 0, 8, 2), ("q8p", 4, 0, 8, 2), ("q8p", 4, 0, 4, 2), ("q8p", 2, 0, 8, 4),
                    ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4)]
-# the same quantising x itself in every program (no quantisation launch; whole rows): ("q8px", BLOCK_N, 0, ...)
+# the same quantising x itself in every program (no quantisation launch; whole rows): ("q8px", BLOCK_N, 0, ...).
+# Full tuning only: on the H200 (2026-12-03) the re-measured 8B and 27B steps picked it for none of their shapes
+# (every program redoing the quantisation costs more than the launch it saves there)
 _Q8PX_CANDIDATES = [("q8px", 2, 0, 8, 2), ("q8px", 4, 0, 8, 2), ("q8px", 4, 0, 4, 4), ("q8px", 2, 0, 8, 4),
                     ("q8px", 2, 0, 4, 2), ("q8px", 8, 0, 4, 4), ("q8px", 4, 0, 4, 2), ("q8px", 2, 0, 16, 2)]
 # (the full-tune winners on the H200 for Bonsai-8B shapes come first: small programs, many loads in flight)
@@ -1119,8 +1121,7 @@ _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2)
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
              ("q8c", 8, 1024, 1, 4), ("q8c", 4, 2048, 1, 2), ("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2),
              ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2), ("q8p", 2, 0, 8, 2),
-             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4), ("q8px", 2, 0, 8, 2), ("q8px", 4, 0, 8, 2),
-             ("q8px", 4, 0, 4, 4), ("q8px", 2, 0, 4, 2)]
+             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4)]
 Q8_PLANES = 7  # int32 rows per x row written by _quant_x_kernel (the kernels spell it out as 7)
 # int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
 # warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts
