@@ -421,30 +421,26 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
 
     def gdn(plan: dict, x: torch.Tensor) -> torch.Tensor:
         mx = plan["block"].mixer
-        rec = state.recurrent[mx.slot]
-        if "in_fused" in plan:
+        if "in_fused" in plan:  # norm inside the mat-vec's quantisation and inside the gates kernel
             lin, sizes, jq, jz = plan["in_fused"]
             y = tlin.fused_rmsnorm_matvec(x, plan["in_m1"], eps, lin.codes, lin.scales, lin.group_size,
                                           lin.encoding, weight_offset=1.0).split(sizes, dim=-1)
-            mixed = dtk.conv_step(y[jq], state.conv[mx.slot], mx.conv_weight)
+            qkv, z = y[jq], y[jz]
             wb, wa = plan["ab"]
-            o = gdn_decode(mixed, y[jz], rec, mx.A, mx.dt_bias, plan["norm_w"], mx.eps, mx.nk, x=x, wa=wa, wb=wb,
-                           x_norm_weight=plan["in_m1"], x_norm_eps=eps)
-            if mx.out_perm is not None:
-                o = o.index_select(1, mx.out_perm)
-            return residual_linear(mx.out_proj, o, mx.out_folded, x)
-        dense_ab = plan["ab"] is not None
-        act = _Act(tn.rmsnorm(x, plan["in_m1"], eps, weight_offset=1.0), rotation) if dense_ab else None
-        qkv, z, b, a = project(mx.in_proj, x, plan["in_m1"], frozenset((2, 3)) if dense_ab else frozenset(), act)
+            gates: dict = dict(x=x, wa=wa, wb=wb, x_norm_weight=plan["in_m1"], x_norm_eps=eps)
+        else:
+            dense_ab = plan["ab"] is not None
+            act = _Act(tn.rmsnorm(x, plan["in_m1"], eps, weight_offset=1.0), rotation) if dense_ab else None
+            qkv, z, b, a = project(mx.in_proj, x, plan["in_m1"], frozenset((2, 3)) if dense_ab else frozenset(), act)
+            if act is not None:
+                wb, wa = plan["ab"]
+                gates = dict(x=act.get(plan["ab_folded"]), wa=wa, wb=wb)
+            else:
+                assert a is not None and b is not None
+                gates = dict(a=a, b=b)
         assert qkv is not None and z is not None
         mixed = dtk.conv_step(qkv, state.conv[mx.slot], mx.conv_weight)
-        if act is not None:
-            wb, wa = plan["ab"]
-            o = gdn_decode(mixed, z, rec, mx.A, mx.dt_bias, plan["norm_w"], mx.eps, mx.nk,
-                           x=act.get(plan["ab_folded"]), wa=wa, wb=wb)
-        else:
-            assert a is not None and b is not None
-            o = gdn_decode(mixed, z, rec, mx.A, mx.dt_bias, plan["norm_w"], mx.eps, mx.nk, a=a, b=b)
+        o = gdn_decode(mixed, z, state.recurrent[mx.slot], mx.A, mx.dt_bias, plan["norm_w"], mx.eps, mx.nk, **gates)
         if mx.out_perm is not None:
             o = o.index_select(1, mx.out_perm)
         return residual_linear(mx.out_proj, o, mx.out_folded, x)

@@ -328,6 +328,21 @@ def _dp4a(a, b, c, USE_ASM: tl.constexpr):
 
 
 @triton.jit
+def _quant_words(xf, WIDTH: tl.constexpr):
+    """``[WIDTH, 16]`` fp32 x (one weight word's 16 activations per row) to int8 with one scale per word:
+    returns the packed bytes ``[WIDTH, 4]`` (``[w, j]`` holds ``x[16w + 4b + j]``, b = 0..3), the fp32
+    scales and the per-word sums of the int8 values."""
+    amax = tl.max(tl.abs(xf), axis=1)
+    scale = amax / 127.0
+    rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
+    q = tl.floor(xf * rcp[:, None] + 0.5)
+    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int32)  # index 4b + j
+    q3 = tl.reshape(q & 0xFF, [WIDTH, 4, 4])  # [w, b, j]
+    packed = tl.sum(q3 << (tl.arange(0, 4) * 8)[None, :, None], axis=1)  # disjoint bytes: the sum is an OR
+    return packed, scale, tl.sum(q, axis=1)
+
+
+@triton.jit
 def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BLOCK_W: tl.constexpr,
                     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr,
                     USE_GDC: tl.constexpr):
@@ -349,19 +364,11 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
     w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
     xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
-    amax = tl.max(tl.abs(xf), axis=1)
-    scale = amax / 127.0
-    rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
-    q = tl.floor(xf * rcp[:, None] + 0.5)
-    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int32)  # [BLOCK_W, 16], index 4b + j
+    packed, scale, qsum = _quant_words(xf, BLOCK_W)
     wm = w < KW
-    qsum = tl.sum(q, axis=1)
     tl.store(q_row + 5 * KW + w, qsum, mask=wm)
     tl.store(q_row + 6 * KW + w, (qsum.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True), mask=wm)
     tl.store(q_row + 4 * KW + w, scale.to(tl.int32, bitcast=True), mask=wm)
-    q3 = tl.reshape(q & 0xFF, [BLOCK_W, 4, 4])  # [w, b, j]
-    shift = (tl.arange(0, 4) * 8)[None, :, None]
-    packed = tl.sum(q3 << shift, axis=1)  # [w, j]; disjoint bytes, so the sum is an OR
     tl.store(q_row + tl.arange(0, 4)[None, :] * KW + w[:, None], packed, mask=wm[:, None])
 
 
@@ -584,14 +591,7 @@ def _q8p_quant(x_row, nw_ptr, w0, K, inv, norm_offset, WIDTH: tl.constexpr, NORM
     w = w0 + tl.arange(0, WIDTH)
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
     xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)  # [WIDTH, 16], 0 past K
-    amax = tl.max(tl.abs(xf), axis=1)
-    scale = amax / 127.0
-    rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
-    q = tl.floor(xf * rcp[:, None] + 0.5)
-    q = tl.minimum(tl.maximum(q, -127.0), 127.0).to(tl.int32)  # index 4b + j
-    qsum = tl.sum(q, axis=1)
-    q3 = tl.reshape(q & 0xFF, [WIDTH, 4, 4])  # [w, b, j]
-    packed = tl.sum(q3 << (tl.arange(0, 4) * 8)[None, :, None], axis=1)  # [w, j]
+    packed, scale, qsum = _quant_words(xf, WIDTH)
     even, odd = tl.split(tl.reshape(packed, [WIDTH, 2, 2]))  # j = 0, 2 | j = 1, 3
     x0, x2 = tl.split(even)
     x1, x3 = tl.split(odd)
@@ -1366,16 +1366,13 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         common.pop("SPLIT_K")
         progs = min(n_tiles, _sm_count(x2.device) * sk)
         xargs = (x2, x2.stride(0), nw if nw is not None else x2, k, float(eps), float(norm_offset))
-        if bk == 0 or kind == "q8px":  # a whole row per step: a power of two of words, then the rest (rounded up)
-            bw = 1 << (kw.bit_length() - 1)
-            tail = triton.next_power_of_2(kw - bw) if kw > bw else 0
-            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=tail, ONE_K=True,
-                                         EVEN_K=True, EVEN_T=tail == kw - bw, QUANT_X=kind == "q8px", **norm,
-                                         **common)
-        else:
-            bw = max(1, bk // 16)
-            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=0, ONE_K=bw >= kw,
-                                         EVEN_K=kw % bw == 0, EVEN_T=True, QUANT_X=False, **norm, **common)
+        whole = bk == 0 or kind == "q8px"
+        # whole rows: a power of two of words, then the rest rounded up to a power of two; else BLOCK_K blocks
+        bw = 1 << (kw.bit_length() - 1) if whole else max(1, bk // 16)
+        tail = triton.next_power_of_2(kw - bw) if whole and kw > bw else 0
+        _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=tail, ONE_K=whole or bw >= kw,
+                                     EVEN_K=whole or kw % bw == 0, EVEN_T=not tail or tail == kw - bw, QUANT_X=kind == "q8px",
+                                     **norm, **common)
     else:
         bw = max(1, bk // 16)
         _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
