@@ -9,7 +9,9 @@ is visible. Inside a CUDA graph the dependency becomes a programmatic edge, so r
 
 The contract every kernel launched with :func:`launch_options` must keep: **each program calls**
 :func:`gdc_wait` **before it reads anything an earlier kernel wrote and before it writes anything**;
-before the wait it may only read data no kernel of the step writes (weights, scales, norm weights).
+before the wait it may only read data no kernel of the step writes (weights, scales, norm weights), or
+read something only to steer :func:`prefetch_l2` (a hint: a value not yet final moves other lines into L2,
+never a wrong number into a result; decode attention prefetches its first K/V tiles that way).
 :func:`gdc_wait` also lets the next kernel launch, right after the wait, so at most two kernels overlap.
 
 ``TERNARY_PDL=0`` turns it off (read at each launch through :func:`enabled`); it is never used in
@@ -87,4 +89,14 @@ def gdc_wait(USE_GDC: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
-__all__ = ["PDL_ENV", "enabled", "gdc_wait", "launch_options", "set_enabled"]
+@triton.jit
+def prefetch_l2(ptrs, mask):
+    """``prefetch.global.L2`` of the 128-byte lines holding ``ptrs`` where ``mask``: what a kernel launched early
+    can do with data it must not read yet, or has no registers for. A hint with no result, so a line fetched
+    before its writer finished never reaches a register (writes land in L2, which stays coherent). Inline PTX:
+    GPU only (callers gate it on ``USE_GDC``, which is off in the interpreter)."""
+    tl.inline_asm_elementwise("{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.u32 $0, 0; }",
+                              "=r,l,r", [ptrs, mask.to(tl.int32)], dtype=tl.int32, is_pure=False, pack=1)
+
+
+__all__ = ["PDL_ENV", "enabled", "gdc_wait", "launch_options", "prefetch_l2", "set_enabled"]

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from runtime.kernels import pdl
-from runtime.kernels.pdl import gdc_wait
+from runtime.kernels.pdl import gdc_wait, prefetch_l2
 from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
 
 
@@ -36,15 +36,39 @@ def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr)
 
 
 @triton.jit
+def _prefetch_kv_l2(kbase, vbase, sc_s, len_ptr, D, NUM_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
+                    BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr, TILES: tl.constexpr):
+    """Prefetch into L2 the K/V lines of the first ``TILES`` tiles of this split (the kernel's own share of the
+    live length; read before the PDL wait, a length not yet final only prefetches other lines)."""
+    L = tl.load(len_ptr).to(tl.int32)
+    per = tl.maximum(tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S, MIN_PER)
+    s_begin = tl.program_id(1) * per
+    s_end = tl.minimum(s_begin + per, L)
+    EPL: tl.constexpr = 1024 // kbase.dtype.element_ty.primitive_bitwidth  # elements per 128-byte line
+    LINES: tl.constexpr = (BLOCK_D + EPL - 1) // EPL
+    col = tl.arange(0, LINES) * EPL
+    for t in tl.static_range(TILES):
+        rows = s_begin + t * BLOCK_S + tl.arange(0, BLOCK_S)
+        m = (rows < s_end)[:, None] & (col < D)[None, :]
+        off = rows[:, None] * sc_s + col[None, :]
+        prefetch_l2(kbase + off, m)
+        prefetch_l2(vbase + off, m)
+
+
+@triton.jit
 def _decode_attn_kernel(
     q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
     o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
+    PREFETCH_TILES: tl.constexpr, GROUP_P2: tl.constexpr,
 ):
-    gdc_wait(USE_GDC)
     hk = tl.program_id(0)
     sp = tl.program_id(1)
+    if USE_GDC and PREFETCH_TILES > 0:  # launched early (PDL): this split's first K/V tiles into L2 meanwhile
+        _prefetch_kv_l2(kc_ptr + hk * sc_h, vc_ptr + hk * sc_h, sc_s, len_ptr, D, NUM_SPLITS, BLOCK_D, BLOCK_S,
+                        MIN_PER, PREFETCH_TILES)
+    gdc_wait(USE_GDC)
     L = tl.load(len_ptr).to(tl.int32)
     hs = tl.arange(0, BLOCK_H)
     hmask = hs < GROUP
@@ -101,28 +125,33 @@ def _decode_attn_kernel(
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + hk, 1)
         if arrived == NUM_SPLITS - 1:
+            # the merge reads only the GROUP real query rows (GROUP_P2 of them, not the BLOCK_H the dots pad to):
+            # its unrolled loads then fit in registers instead of spilling (27B: 1.7 KB of stack before)
             n_active = tl.cdiv(L, per)
-            mx = tl.full([BLOCK_H], float("-inf"), tl.float32)
+            hr = tl.arange(0, GROUP_P2)
+            rmask = hr < GROUP
+            rdmask = rmask[:, None] & dmask[None, :]
+            mx = tl.full([GROUP_P2], float("-inf"), tl.float32)
             for s in tl.static_range(NUM_SPLITS):
-                ok = (hs * 0 + s) < n_active
-                ms = tl.load(ml_ptr + (hk * NUM_SPLITS + s) * 2 * BLOCK_H + hs, mask=ok & hmask,
+                ok = (hr * 0 + s) < n_active
+                ms = tl.load(ml_ptr + (hk * NUM_SPLITS + s) * 2 * BLOCK_H + hr, mask=ok & rmask,
                              other=float("-inf"), cache_modifier=".cg")
                 mx = tl.maximum(mx, ms)
-            mx = tl.where(hmask, mx, 0.0)
-            tot_l = tl.zeros([BLOCK_H], tl.float32)
-            tot = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+            mx = tl.where(rmask, mx, 0.0)
+            tot_l = tl.zeros([GROUP_P2], tl.float32)
+            tot = tl.zeros([GROUP_P2, BLOCK_D], tl.float32)
             for s in tl.static_range(NUM_SPLITS):
-                ok = (hs * 0 + s) < n_active
+                ok = (hr * 0 + s) < n_active
                 base = (hk * NUM_SPLITS + s) * 2 * BLOCK_H
-                ms = tl.load(ml_ptr + base + hs, mask=ok & hmask, other=float("-inf"), cache_modifier=".cg")
-                ls = tl.load(ml_ptr + base + BLOCK_H + hs, mask=ok & hmask, other=0.0, cache_modifier=".cg")
-                a = tl.load(part_ptr + (hk * NUM_SPLITS + s) * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :],
-                            mask=ok[:, None] & omask, other=0.0, cache_modifier=".cg")
+                ms = tl.load(ml_ptr + base + hr, mask=ok & rmask, other=float("-inf"), cache_modifier=".cg")
+                ls = tl.load(ml_ptr + base + BLOCK_H + hr, mask=ok & rmask, other=0.0, cache_modifier=".cg")
+                a = tl.load(part_ptr + (hk * NUM_SPLITS + s) * BLOCK_H * BLOCK_D + hr[:, None] * BLOCK_D + d[None, :],
+                            mask=ok[:, None] & rdmask, other=0.0, cache_modifier=".cg")
                 f = tl.exp(ms - mx)
                 tot_l += ls * f
                 tot += a * f[:, None]
-            out = tot / tl.where(hmask, tot_l, 1.0)[:, None]
-            _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
+            out = tot / tl.where(rmask, tot_l, 1.0)[:, None]
+            _store_out(out, o_ptr, so_h, g_ptr, sg_h, hk * GROUP + hr, d, rdmask, GATED)
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
@@ -135,6 +164,8 @@ def _env_config(default: tuple[int, int, int | None, int]) -> tuple[int, int, in
 
 
 MIN_SPLIT_KEYS = int(os.environ.get("TERNARY_ATTN_MIN_SPLIT", "0"))
+# K/V tiles per split program pulled into L2 before the PDL wait (0: none); read once at import
+PREFETCH_TILES = int(os.environ.get("TERNARY_ATTN_PREFETCH", "4"))
 _WIDE_HEAD_CONFIG = _env_config((32, 8, None, MIN_SPLIT_KEYS))
 
 
@@ -207,6 +238,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), gate if gate is not None else out,
         gate.stride(0) if gate is not None else 0, part, ml, cnt, float(sm_scale), dim, group,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
-        IEEE=q.dtype == torch.float32, GATED=gate is not None, num_warps=num_warps, **pdl.launch_options(q.device),
+        IEEE=q.dtype == torch.float32, GATED=gate is not None, PREFETCH_TILES=PREFETCH_TILES,
+        GROUP_P2=triton.next_power_of_2(group), num_warps=num_warps, **pdl.launch_options(q.device),
     )
     return out

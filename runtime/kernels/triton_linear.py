@@ -67,10 +67,18 @@ def _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM: tl.constexpr, NORM
     """x[kk] as fp32, optionally RMS-normalised with HF's rounding order for the model dtype."""
     m = kk < K
     xv = tl.load(x_row + kk, mask=m, other=0.0)
+    w = xv.to(tl.float32)  # (unused unless NORM)
+    if NORM:
+        w = tl.load(nw_ptr + kk, mask=m, other=0.0).to(tl.float32)
+    return _norm_x(xv, w, inv_rms, norm_offset, NORM, NORM_QWEN3)
+
+
+@triton.jit
+def _norm_x(xv, w, inv_rms, norm_offset, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr):
+    """Loaded x values as fp32, RMS-normalised with weight ``w`` (fp32) when NORM, in HF's rounding order."""
     xf = xv.to(tl.float32)
     if NORM:
         h = xf * inv_rms
-        w = tl.load(nw_ptr + kk, mask=m, other=0.0).to(tl.float32)
         if NORM_QWEN3:  # weight * h.to(dtype), product rounded to dtype
             xf = (h.to(xv.dtype).to(tl.float32) * w).to(xv.dtype).to(tl.float32)
         else:  # (h * (offset + w)).to(dtype)
@@ -343,6 +351,12 @@ def _quant_words(xf, WIDTH: tl.constexpr):
 
 
 @triton.jit
+def _norm_weights(nw_ptr, kk, K):
+    """RMSNorm weights ``[kk]`` as fp32: weights, so read before the PDL wait (they overlap the previous kernel)."""
+    return tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BLOCK_W: tl.constexpr,
                     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr,
                     USE_GDC: tl.constexpr):
@@ -353,17 +367,21 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
     multiplies 4 codes by their 4 activations; row 4 the fp32 scale (bit pattern) of word w; row 5
     the sum s of word w's 16 int8 values (codes are t + 1: ``sum (c - 1) q = sum c q - s``); row 6
     ``1.5 * 2^23 + s`` as fp32 bits (exact), the offset ``_gemv_q8c_kernel`` subtracts without a convert."""
-    gdc_wait(USE_GDC)
     row = tl.program_id(0)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * 7 * KW
-    inv = 1.0
-    if NORM:  # every program reduces the whole (small, L2-resident) row: no second launch
-        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
     # one block of BLOCK_W words per program
     w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
-    xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
+    nw = kk.to(tl.float32)  # (unused unless NORM)
+    if NORM:
+        nw = _norm_weights(nw_ptr, kk, K)
+    gdc_wait(USE_GDC)
+    xv = tl.load(x_row + kk, mask=kk < K, other=0.0)  # issued before the row reduction's loads
+    inv = 1.0
+    if NORM:  # every program reduces the whole (small, L2-resident) row: no second launch
+        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
+    xf = _norm_x(xv, nw, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
     packed, scale, qsum = _quant_words(xf, BLOCK_W)
     wm = w < KW
     tl.store(q_row + 5 * KW + w, qsum, mask=wm)

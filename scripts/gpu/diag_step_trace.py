@@ -55,7 +55,19 @@ def trace(g, out):
     ev = json.load(open(out))["traceEvents"]
     ks = [e for e in ev if e.get("cat") == "kernel"]
     ks.sort(key=lambda e: e["ts"])
-    return [(e["name"][:40], e["dur"], e.get("args", {}).get("grid")) for e in ks]
+    return [(e["name"][:40], e["dur"], e.get("args", {}).get("grid"), e["ts"]) for e in ks]
+
+
+def critical_path(ks):
+    """Each kernel's share of the step's wall time: how far its end moves the latest end seen so far
+    (with programmatic dependent launch kernels overlap, so summed durations overstate the step)."""
+    share: dict[str, list[float]] = {}
+    last_end = ks[0][3]
+    for name, dur, _, ts in ks:
+        end = ts + dur
+        share.setdefault(name, []).append(max(0.0, end - last_end))
+        last_end = max(last_end, end)
+    return share
 
 
 def main() -> int:
@@ -78,11 +90,24 @@ def main() -> int:
             for i, k in enumerate(ks):
                 print(i, k)
         by_name: dict[str, list[float]] = {}
-        for name, dur, _ in ks:
+        for name, dur, _, _ in ks:
             by_name.setdefault(name, []).append(dur)
         for name, durs in sorted(by_name.items(), key=lambda kv: -sum(kv[1])):
             print(f"  {name:40s} n={len(durs):4d} sum={sum(durs):8.1f} us mean={sum(durs) / len(durs):6.2f}")
         res["by_kernel_us"] = {n: round(sum(d), 1) for n, d in by_name.items()}
+        share = critical_path(ks)
+        print("critical path (end increments), step wall", round(ks[-1][3] + ks[-1][1] - ks[0][3], 1), "us")
+        for name, inc in sorted(share.items(), key=lambda kv: -sum(kv[1])):
+            print(f"  {name:40s} n={len(inc):4d} sum={sum(inc):8.1f} us mean={sum(inc) / len(inc):6.2f}")
+        res["critical_path_us"] = {n: round(sum(d), 1) for n, d in share.items()}
+        # one middle layer in launch order: start after the previous kernel's end, duration, end increment
+        per_layer = (len(ks) - 4) // 36 if len(ks) > 40 else 0
+        if per_layer:
+            base = 2 + 10 * per_layer
+            prev_end = ks[base - 1][3] + ks[base - 1][1]
+            for name, dur, grid, ts in ks[base:base + per_layer + 1]:
+                print(f"  L10 {name[:32]:32s} start={ts - prev_end:+6.2f} dur={dur:6.2f} end+={ts + dur - prev_end:6.2f} grid={grid}")
+                prev_end = max(prev_end, ts + dur)
         # ablation: attention replaced by a copy of q (same shapes, no KV reads)
         orig = ta.decode_attention
         ta.decode_attention = lambda q, kc, vc, seq_len, sm, **kw: q.clone()
