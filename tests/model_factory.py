@@ -29,6 +29,7 @@ Shared by the formats and engine tests (helpers may only APPEND functions here).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -341,3 +342,20 @@ def tiny_hybrid_synthetic_config(hidden: int = 256, intermediate: int = 384, hea
     cfg.linear_key_head_dim = cfg.linear_value_head_dim = 32
     cfg.max_position_embeddings = max_positions
     return cfg
+
+
+@contextlib.contextmanager
+def row_layout(monkeypatch: Any, module: Any, fuse_rows: bool = True):
+    """Models built inside the block get ``fuse_rows`` (the row-fused q|k|v and gate|up matrices the CUDA build
+    uses; the CPU build keeps them apart), so CPU tests reach the GPU decode steps' layouts. ``module``:
+    ``runtime.model.qwen3`` or ``runtime.model.qwen35`` (the module whose ``linear_factory`` builds them)."""
+    orig = module.linear_factory
+
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        make = orig(*args, **kwargs)
+        make.fuse_rows = fuse_rows
+        return make
+
+    with monkeypatch.context() as mp:
+        mp.setattr(module, "linear_factory", factory)
+        yield

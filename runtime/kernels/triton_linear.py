@@ -69,7 +69,7 @@ def _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM: tl.constexpr, NORM
     xv = tl.load(x_row + kk, mask=m, other=0.0)
     w = xv.to(tl.float32)  # (unused unless NORM)
     if NORM:
-        w = tl.load(nw_ptr + kk, mask=m, other=0.0).to(tl.float32)
+        w = _norm_weights(nw_ptr, kk, K)
     return _norm_x(xv, w, inv_rms, norm_offset, NORM, NORM_QWEN3)
 
 

@@ -18,6 +18,7 @@ from runtime.formats.model_data import T3, DenseTensor, ModelData, TernaryTensor
 from runtime.gpu_decode_qwen35 import fused_qwen35_step, gdn_decode
 from runtime.model import deltanet, qwen35
 from runtime.model.qwen35 import Qwen35Model
+from tests import model_factory as mf
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 STEPS = 8
@@ -45,15 +46,7 @@ def _ternary_ab(data: ModelData) -> ModelData:
 def _model(data: ModelData, monkeypatch, fuse_rows: bool, backend: str) -> Qwen35Model:
     """On the CPU the model keeps q/k/v and gate/up as separate matrices; ``fuse_rows`` forces the
     row-fused layout the CUDA build uses, so both shapes of the step are exercised."""
-    orig = qwen35.linear_factory
-
-    def factory(*args, **kwargs):
-        make = orig(*args, **kwargs)
-        make.fuse_rows = fuse_rows
-        return make
-
-    with monkeypatch.context() as mp:
-        mp.setattr(qwen35, "linear_factory", factory)
+    with mf.row_layout(monkeypatch, qwen35, fuse_rows):
         return Qwen35Model.from_model_data(data, DEV, dtype=torch.float32, max_positions=32, backend=backend,
                                            fused_kernels=False)
 

@@ -21,16 +21,7 @@ def tiny():
 
 
 def _model(md, backend: str, monkeypatch) -> Qwen3Model:
-    """The row-fused q|k|v and gate|up layout the CUDA build uses (the CPU build keeps them apart)."""
-    orig = qwen3.linear_factory
-
-    def factory(*args, **kwargs):
-        make = orig(*args, **kwargs)
-        make.fuse_rows = True
-        return make
-
-    with monkeypatch.context() as mp:
-        mp.setattr(qwen3, "linear_factory", factory)
+    with mf.row_layout(monkeypatch, qwen3):
         return Qwen3Model.from_model_data(md, "cpu", dtype=torch.float32, max_positions=16, backend=backend)
 
 
