@@ -36,14 +36,22 @@ def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr)
 
 
 @triton.jit
+def _split_keys(L, sp, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr):
+    """Split ``sp``'s share of the live length ``L``: whole BLOCK_S tiles, at least MIN_PER keys per split
+    (a short context then uses fewer splits: less to merge, and the programs past the end return at once).
+    Returns (keys per split, first key, end key)."""
+    per = tl.maximum(tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S, MIN_PER)
+    s_begin = sp * per
+    return per, s_begin, tl.minimum(s_begin + per, L)
+
+
+@triton.jit
 def _prefetch_kv_l2(kbase, vbase, sc_s, len_ptr, D, NUM_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
                     BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr, TILES: tl.constexpr):
     """Prefetch into L2 the K/V lines of the first ``TILES`` tiles of this split (the kernel's own share of the
     live length; read before the PDL wait, a length not yet final only prefetches other lines)."""
     L = tl.load(len_ptr).to(tl.int32)
-    per = tl.maximum(tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S, MIN_PER)
-    s_begin = tl.program_id(1) * per
-    s_end = tl.minimum(s_begin + per, L)
+    per, s_begin, s_end = _split_keys(L, tl.program_id(1), NUM_SPLITS, BLOCK_S, MIN_PER)
     EPL: tl.constexpr = 1024 // kbase.dtype.element_ty.primitive_bitwidth  # elements per 128-byte line
     LINES: tl.constexpr = (BLOCK_D + EPL - 1) // EPL
     col = tl.arange(0, LINES) * EPL
@@ -77,11 +85,7 @@ def _decode_attn_kernel(
     qh = hk * GROUP + hs
     q = tl.load(q_ptr + qh[:, None] * sq_h + d[None, :], mask=hmask[:, None] & dmask[None, :], other=0.0)
     cdt = q.dtype
-    # this program's share of the live length, in whole BLOCK_S tiles and at least MIN_PER keys (a short
-    # context then uses fewer splits: less to merge, and the programs past the end return at once)
-    per = tl.maximum(tl.cdiv(tl.cdiv(L, NUM_SPLITS), BLOCK_S) * BLOCK_S, MIN_PER)
-    s_begin = sp * per
-    s_end = tl.minimum(s_begin + per, L)
+    per, s_begin, s_end = _split_keys(L, sp, NUM_SPLITS, BLOCK_S, MIN_PER)  # the same split the prefetch used
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)

@@ -561,16 +561,21 @@ def _gemv_q8c_kernel(
 
 
 @triton.jit
+def _words_in_row(wk, KW, EVEN: tl.constexpr):
+    """Which word indices ``wk`` lie in a row of KW words (all of them when the block is known to fit: EVEN)."""
+    if EVEN:
+        return wk >= 0
+    return wk < KW
+
+
+@triton.jit
 def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.constexpr, BLOCK_N: tl.constexpr,
               WIDTH: tl.constexpr, DUAL: tl.constexpr, EVEN: tl.constexpr):
     """Weight words ``[w0, w0 + WIDTH)`` of row tile ``t`` and their group scales (both matrices when DUAL);
     everything masked off when ``live`` is false (the prefetch past a program's last step)."""
     offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
     wk = w0 + tl.arange(0, WIDTH)
-    if EVEN:
-        km = wk >= 0
-    else:
-        km = wk < KW
+    km = _words_in_row(wk, KW, EVEN)
     wmask = (offs_n < tl.where(live, N, 0))[:, None] & km[None, :]
     widx = offs_n[:, None] * KW + wk[None, :]
     sidx = offs_n[:, None] * NG + wk[None, :] // WPG
@@ -588,10 +593,7 @@ def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.cons
 def _q8p_x(q_row, w0, KW, WIDTH: tl.constexpr, EVEN: tl.constexpr):
     """Words ``[w0, w0 + WIDTH)`` of a quantised x row: the four packed int8 planes, fp32 scales, sums."""
     wk = w0 + tl.arange(0, WIDTH)
-    if EVEN:
-        km = wk >= 0
-    else:
-        km = wk < KW
+    km = _words_in_row(wk, KW, EVEN)
     x0 = tl.load(q_row + wk, mask=km, other=0)[None, :]
     x1 = tl.load(q_row + KW + wk, mask=km, other=0)[None, :]
     x2 = tl.load(q_row + 2 * KW + wk, mask=km, other=0)[None, :]
