@@ -578,15 +578,25 @@ def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.cons
     km = _words_in_row(wk, KW, EVEN)
     wmask = (offs_n < tl.where(live, N, 0))[:, None] & km[None, :]
     widx = offs_n[:, None] * KW + wk[None, :]
-    sidx = offs_n[:, None] * NG + wk[None, :] // WPG
     words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
-    sc = tl.load(s_ptr + sidx, mask=wmask, other=0.0)
+    # one scale load per SUB consecutive words (they share a group): the per-word gather loaded each scale SUB times
+    SUB: tl.constexpr = min(4, WPG, WIDTH)
+    wq = w0 + tl.arange(0, WIDTH // SUB) * SUB
+    smask = (offs_n < tl.where(live, N, 0))[:, None] & _words_in_row(wq, KW, EVEN)[None, :]
+    sidx = offs_n[:, None] * NG + wq[None, :] // WPG
+    sc = _spread(tl.load(s_ptr + sidx, mask=smask, other=0.0), BLOCK_N, WIDTH, SUB)
     words2 = words
     sc2 = sc
     if DUAL:
         words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
-        sc2 = tl.load(s2_ptr + sidx, mask=wmask, other=0.0)
+        sc2 = _spread(tl.load(s2_ptr + sidx, mask=smask, other=0.0), BLOCK_N, WIDTH, SUB)
     return words, sc, words2, sc2
+
+
+@triton.jit
+def _spread(v, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr, SUB: tl.constexpr):
+    """``[BLOCK_N, WIDTH // SUB]`` to ``[BLOCK_N, WIDTH]``, each value repeated SUB times."""
+    return tl.reshape(tl.broadcast_to(v[:, :, None], [BLOCK_N, WIDTH // SUB, SUB]), [BLOCK_N, WIDTH])
 
 
 @triton.jit
@@ -621,11 +631,11 @@ def _q8p_quant(x_row, nw_ptr, w0, K, inv, norm_offset, WIDTH: tl.constexpr, NORM
 @triton.jit
 def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM: tl.constexpr):
     """fp32 partial products ``[BLOCK_N, WIDTH]`` of one weight tile with int8 x (as in ``_gemv_q8_kernel``)."""
-    dot = _dp4a(words & 0x03030303, x0, tl.zeros(words.shape, tl.int32), USE_ASM)
+    dot = _dp4a(words & 0x03030303, x0, tl.zeros(words.shape, tl.int32) - xsum, USE_ASM)  # codes are t + 1
     dot = _dp4a((words >> 2) & 0x03030303, x1, dot, USE_ASM)
     dot = _dp4a((words >> 4) & 0x03030303, x2, dot, USE_ASM)
     dot = _dp4a((words >> 6) & 0x03030303, x3, dot, USE_ASM)
-    return (dot - xsum).to(tl.float32) * (sc.to(tl.float32) * xs)
+    return dot.to(tl.float32) * (sc.to(tl.float32) * xs)
 
 
 @triton.jit
@@ -1124,13 +1134,15 @@ _Q8C_CANDIDATES = [("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2), ("q8c", 8, 10
                    ("q8c", 4, 1024, 3, 4)]
 # persistent (a few programs per SM walk the row tiles, next tile loaded while computing this one):
 # ("q8p", BLOCK_N, BLOCK_K, programs per SM, warps); BLOCK_K 0 = a whole row per step, as a power-of-two block
-# of words plus a power-of-two tail (K = 5120: 256 + 64 words)
+# of words plus a power-of-two tail (K = 5120: 256 + 64 words). One-warp programs (the last two) reduce each row
+# inside a warp (no shared-memory step) and spend fewer instructions per weight word: measured in the 8B and 27B
+# decode steps on the H200 (2026-12-03) they won for the SwiGLU and normalised-input projections
 _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 4096, 8, 2), ("q8p", 2, 4096, 16, 2),
                    ("q8p", 8, 2048, 4, 4), ("q8p", 4, 2048, 8, 2), ("q8p", 8, 1024, 4, 4), ("q8p", 4, 4096, 4, 4),
                    ("q8p", 8, 4096, 2, 4), ("q8p", 8, 4096, 4, 8), ("q8p", 2, 8192, 8, 4), ("q8p", 4, 8192, 4, 4),
                    ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2),
                    ("q8p", 2, 0, 8, 2), ("q8p", 4, 0, 8, 2), ("q8p", 4, 0, 4, 2), ("q8p", 2, 0, 8, 4),
-                   ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4)]
+                   ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4), ("q8p", 2, 0, 16, 1), ("q8p", 2, 0, 8, 1)]
 # the same quantising x itself in every program (no quantisation launch; whole rows): ("q8px", BLOCK_N, 0, ...).
 # Full tuning only: on the H200 (2026-12-03) the re-measured 8B and 27B steps picked it for none of their shapes
 # (every program redoing the quantisation costs more than the launch it saves there)
@@ -1141,7 +1153,7 @@ _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2)
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
              ("q8c", 8, 1024, 1, 4), ("q8c", 4, 2048, 1, 2), ("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2),
              ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2), ("q8p", 2, 0, 8, 2),
-             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4)]
+             ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4), ("q8p", 2, 0, 16, 1), ("q8p", 2, 0, 8, 1)]
 Q8_PLANES = 7  # int32 rows per x row written by _quant_x_kernel (the kernels spell it out as 7)
 # int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
 # warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts

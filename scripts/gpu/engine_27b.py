@@ -3,7 +3,8 @@ the app runs), one device call.
 
 Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max_vram_bytes``;
 ``gpuemb``: no cap with the embedding table kept on the GPU; ``shipped`` / ``retuned``: no cap, mat-vec launch
-configs from the shipped tuned file / measured afresh over the quick candidate set; ``nopdl``: no cap, kernels launched
+configs from the shipped tuned file / measured afresh over the quick candidate set; ``tuned:PATH``: the shipped
+configs with those of the tuned file PATH on top (in-step comparisons of launch configs); ``nopdl``: no cap, kernels launched
 without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
 (the default; forced on), ``eprefill``: the same with it forced off; for side-by-sides in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
@@ -123,20 +124,25 @@ def main() -> int:
             if cfg == "gpuemb":  # no cap, but the embedding table on the GPU (the pre-host-embedding default)
                 planner_mod.plan_for_this_machine = functools.partial(plan_fn, host_embedding=False)
             pdl.set_enabled(False if cfg == "nopdl" else None)
-            if cfg in ("shipped", "retuned"):  # kernel launch configs: the shipped file's, or measured afresh
+            tuned_extra = cfg.partition(":")[2] if cfg.startswith("tuned:") else ""
+            # kernel launch configs: the shipped file's, or measured afresh, or the shipped ones overridden
+            if cfg in ("shipped", "retuned") or tuned_extra:
                 from runtime.kernels import triton_linear as tlin
                 tlin._tuned.clear()
                 shipped = tlin._device_tuned_file()
-                if cfg == "shipped" and shipped is not None:
+                if tuned_extra:  # first: load_tuned keeps the configs already there
+                    tlin.load_tuned(tuned_extra)
+                if cfg != "retuned" and shipped is not None:
                     tlin.load_tuned(shipped)
-                r["tuned_from"] = str(shipped) if cfg == "shipped" else "measured in this run (quick set)"
+                r["tuned_from"] = str(shipped) if cfg != "retuned" else "measured in this run (quick set)"
+                r["tuned_overrides"] = tuned_extra or None
             if cfg in ("gprefill", "eprefill"):
                 os.environ["TERNARY_GRAPH_PREFILL"] = "1" if cfg == "gprefill" else "0"
             r["graph_prefill"] = graph_prefill_enabled()  # the engine's own reading (Qwen3 dense models only)
             r["pdl"] = pdl.enabled()
             try:
                 eng = Engine.load(md, device="cuda", context_length=a.ctx,
-                                  max_vram_bytes=None if cfg in NO_CAP else parse_bytes(cfg),
+                                  max_vram_bytes=None if cfg in NO_CAP or tuned_extra else parse_bytes(cfg),
                                   decode_activations=a.decode_activations)
             finally:
                 planner_mod.plan_for_this_machine = plan_fn

@@ -179,7 +179,7 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     assert rel(resid, e) < 1e-5
 
 
-@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8px", 2, 0, 1, 2)])
+@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8p", 2, 0, 3, 1), ("q8px", 2, 0, 1, 2)])
 def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     """K = 21 words (G = 16): a whole row per step is 16 words plus a tail block of 8 with 3 masked lanes;
     plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over 3 / 9 programs."""
