@@ -575,14 +575,14 @@ def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.cons
     everything masked off when ``live`` is false (the prefetch past a program's last step)."""
     offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
     wk = w0 + tl.arange(0, WIDTH)
-    km = _words_in_row(wk, KW, EVEN)
-    wmask = (offs_n < tl.where(live, N, 0))[:, None] & km[None, :]
+    rows = (offs_n < tl.where(live, N, 0))[:, None]
+    wmask = rows & _words_in_row(wk, KW, EVEN)[None, :]
     widx = offs_n[:, None] * KW + wk[None, :]
     words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
     # one scale load per SUB consecutive words (they share a group): the per-word gather loaded each scale SUB times
     SUB: tl.constexpr = min(4, WPG, WIDTH)
     wq = w0 + tl.arange(0, WIDTH // SUB) * SUB
-    smask = (offs_n < tl.where(live, N, 0))[:, None] & _words_in_row(wq, KW, EVEN)[None, :]
+    smask = rows & _words_in_row(wq, KW, EVEN)[None, :]
     sidx = offs_n[:, None] * NG + wq[None, :] // WPG
     sc = _spread(tl.load(s_ptr + sidx, mask=smask, other=0.0), BLOCK_N, WIDTH, SUB)
     words2 = words
