@@ -51,6 +51,14 @@ TUNED_DIR = Path(__file__).with_name("tuned")
 # ---------------------------------------------------------------------------------------------
 
 @triton.jit
+def _words_in_row(wk, KW, EVEN: tl.constexpr):
+    """Which word indices ``wk`` lie in a row of KW words (all of them when the block is known to fit: EVEN)."""
+    if EVEN:
+        return wk >= 0
+    return wk < KW
+
+
+@triton.jit
 def row_inv_rms(x_row, K, eps, BLOCK: tl.constexpr):
     """1 / RMS of one row from BLOCK-wide fp32 partial sums of squares (kernels that normalise the same row
     with the same BLOCK get the same bits, e.g. the quantisation launch and the q8px mat-vec)."""
@@ -67,10 +75,7 @@ def _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM: tl.constexpr, NORM
     """x[kk] as fp32, optionally RMS-normalised with HF's rounding order for the model dtype."""
     m = kk < K
     xv = tl.load(x_row + kk, mask=m, other=0.0)
-    w = xv.to(tl.float32)  # (unused unless NORM)
-    if NORM:
-        w = _norm_weights(nw_ptr, kk, K)
-    return _norm_x(xv, w, inv_rms, norm_offset, NORM, NORM_QWEN3)
+    return _norm_x(xv, _norm_weights(nw_ptr, kk, K, NORM), inv_rms, norm_offset, NORM, NORM_QWEN3)
 
 
 @triton.jit
@@ -207,10 +212,7 @@ def _gemv_kernel(
                 acc2 += _t3_partial(w2_ptr, s2_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
         else:
             wk = k0 // 16 + tl.arange(0, BLOCK_K // 16)
-            if EVEN_K:
-                wmask = n_mask[:, None] & (wk[None, :] >= 0)
-            else:
-                wmask = n_mask[:, None] & (wk[None, :] < kw_total)
+            wmask = n_mask[:, None] & _words_in_row(wk, kw_total, EVEN_K)[None, :]
             widx = offs_n[:, None] * kw_total + wk[None, :]
             t = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
             words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
@@ -351,9 +353,12 @@ def _quant_words(xf, WIDTH: tl.constexpr):
 
 
 @triton.jit
-def _norm_weights(nw_ptr, kk, K):
-    """RMSNorm weights ``[kk]`` as fp32: weights, so read before the PDL wait (they overlap the previous kernel)."""
-    return tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+def _norm_weights(nw_ptr, kk, K, NORM: tl.constexpr):
+    """RMSNorm weights ``[kk]`` as fp32 (a placeholder of the same shape, never used, without NORM): weights, so
+    read before the PDL wait (they overlap the previous kernel)."""
+    if NORM:
+        return tl.load(nw_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+    return kk.to(tl.float32)
 
 
 @triton.jit
@@ -373,9 +378,7 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
     # one block of BLOCK_W words per program
     w = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
-    nw = kk.to(tl.float32)  # (unused unless NORM)
-    if NORM:
-        nw = _norm_weights(nw_ptr, kk, K)
+    nw = _norm_weights(nw_ptr, kk, K, NORM)
     gdc_wait(USE_GDC)
     xv = tl.load(x_row + kk, mask=kk < K, other=0.0)  # issued before the row reduction's loads
     inv = 1.0
@@ -451,10 +454,7 @@ def _gemv_q8_kernel(
     gdc_wait(USE_GDC)
     for wb in range(wb0, wb1):
         wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
-        if EVEN_K:
-            km = wk >= 0
-        else:
-            km = wk < kw_total
+        km = _words_in_row(wk, kw_total, EVEN_K)
         wmask = n_mask[:, None] & km[None, :]
         widx = offs_n[:, None] * kw_total + wk[None, :]
         if USE_GDC:
@@ -523,10 +523,7 @@ def _gemv_q8c_kernel(
     gdc_wait(USE_GDC)
     for cb in range(cb0, cb1):
         c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
-        if EVEN_K:
-            cm = c >= 0
-        else:
-            cm = c < kc
+        cm = _words_in_row(c, kc, EVEN_K)
         wk = c[None, :, None] * 4 + lane  # [1, BLOCK_C, 4] word index
         km = cm[None, :, None]
         wmask = n_mask[:, None, None] & km
@@ -558,14 +555,6 @@ def _gemv_q8c_kernel(
     acc2 = tl.sum(acc2d2, axis=1)
     _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
                  r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
-
-
-@triton.jit
-def _words_in_row(wk, KW, EVEN: tl.constexpr):
-    """Which word indices ``wk`` lie in a row of KW words (all of them when the block is known to fit: EVEN)."""
-    if EVEN:
-        return wk >= 0
-    return wk < KW
 
 
 @triton.jit
@@ -866,10 +855,7 @@ def _gemv_q3_kernel(
     gdc_wait(USE_GDC)
     for wb in range(wb0, wb1):
         wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
-        if EVEN_K:
-            km = wk >= 0
-        else:
-            km = wk < kw_total
+        km = _words_in_row(wk, kw_total, EVEN_K)
         wmask = n_mask[:, None] & km[None, :]
         widx = offs_n[:, None] * kw_total + wk[None, :]
         if USE_GDC:
