@@ -35,10 +35,10 @@ def ref_ternary_matmul(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tenso
     return y
 
 
-def ref_int8_activations(x: torch.Tensor) -> torch.Tensor:
-    """x as the int8-activation mat-vec sees it: per 16 consecutive values, ``q = round(x / s)`` with
+def ref_int8_activations(x: torch.Tensor, block: int = 32) -> torch.Tensor:
+    """x as the int8-activation mat-vec sees it: per ``block`` consecutive values, ``q = round(x / s)`` with
     ``s = absmax / 127`` (round half up), returned dequantized (``q * s``, fp32)."""
-    xf = x.float().reshape(*x.shape[:-1], -1, 16)
+    xf = x.float().reshape(*x.shape[:-1], -1, block)
     amax = xf.abs().amax(-1, keepdim=True)
     rcp = torch.where(amax > 0, 127.0 / amax.clamp_min(1e-30), torch.zeros_like(amax))
     q = torch.floor(xf * rcp + 0.5).clamp(-127, 127)

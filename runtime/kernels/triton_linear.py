@@ -17,7 +17,8 @@ not by FLOPs. Hence
   Which prefill path runs is measured per (M bucket, N, K) on first use and cached.
 
 * ``q8`` / ``q3`` (decode activations "int8"): x is quantised to int8 by a tiny kernel first and
-  the mat-vec works in integers: t2 words through ``dp4a``; t3 words (4 bytes = 20 trits) through
+  the mat-vec works in integers: t2 words through ``dp4a`` (one activation scale per 32 values, so a word
+  pair's integer dots add up before one float step, ``_q8p_dot``); t3 words (4 bytes = 20 trits) through
   an in-register base-3 digit extraction (TQ1_0's prescale-and-multiply-by-3) feeding ``dp2a``.
 
 Layouts: ``t2`` codes uint8 ``[N, K/4]`` read as int32 ``[N, K/16]`` (weight k at bits 2k of its
@@ -338,11 +339,30 @@ def _dp4a(a, b, c, USE_ASM: tl.constexpr):
 
 
 @triton.jit
+def _dp4a_u(a, b, c, USE_ASM: tl.constexpr):
+    """``_dp4a`` with the bytes of ``a`` unsigned (``dp4a.u32.s32``): a code masked in place at bits 6-7
+    of each byte is 0, 64 or 128, which a signed byte would read as -128."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+                                         dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        for i in tl.static_range(4):
+            bb = (b >> (8 * i)) & 0xFF
+            bb = bb - ((bb & 0x80) << 1)
+            c += ((a >> (8 * i)) & 0xFF) * bb
+        return c
+
+
+@triton.jit
 def _quant_words(xf, WIDTH: tl.constexpr):
-    """``[WIDTH, 16]`` fp32 x (one weight word's 16 activations per row) to int8 with one scale per word:
-    returns the packed bytes ``[WIDTH, 4]`` (``[w, j]`` holds ``x[16w + 4b + j]``, b = 0..3), the fp32
-    scales and the per-word sums of the int8 values."""
+    """``[WIDTH, 16]`` fp32 x (one weight word's 16 activations per row; WIDTH even, starting at an even
+    word) to int8 with one scale per 32 values, i.e. per pair of words (llama.cpp's q8_1 block): returns
+    the packed bytes ``[WIDTH, 4]`` (``[w, j]`` holds ``x[16w + 4b + j]``, b = 0..3), each word's fp32
+    scale (its pair's) and the per-word sums of the int8 values. One scale per pair lets the persistent
+    mat-vec add a pair's integer dots before converting (``_q8p_dot``)."""
     amax = tl.max(tl.abs(xf), axis=1)
+    amax = tl.max(tl.reshape(amax, [WIDTH // 2, 2]), axis=1)
+    amax = tl.reshape(tl.broadcast_to(amax[:, None], [WIDTH // 2, 2]), [WIDTH])
     scale = amax / 127.0
     rcp = tl.where(amax > 0, 127.0 / tl.maximum(amax, 1e-30), 0.0)
     q = tl.floor(xf * rcp[:, None] + 0.5)
@@ -365,11 +385,11 @@ def _norm_weights(nw_ptr, kk, K, NORM: tl.constexpr):
 def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BLOCK_W: tl.constexpr,
                     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr,
                     USE_GDC: tl.constexpr):
-    """One x row (RMS-normalised when asked) to int8, one fp32 scale per 16 values (one weight word).
+    """One x row (RMS-normalised when asked) to int8, one fp32 scale per 32 values (two weight words).
 
     Output row of ``Q8_PLANES * K/16`` int32: rows 0..3 ``q[j, w]`` pack the bytes ``x[16w + 4b + j]``
     (b = 0..3) — exactly the weights that ``(word >> 2j) & 0x03030303`` exposes, so one ``dp4a``
-    multiplies 4 codes by their 4 activations; row 4 the fp32 scale (bit pattern) of word w; row 5
+    multiplies 4 codes by their 4 activations; row 4 the fp32 scale (bit pattern) of word w (its pair's); row 5
     the sum s of word w's 16 int8 values (codes are t + 1: ``sum (c - 1) q = sum c q - s``); row 6
     ``1.5 * 2^23 + s`` as fp32 bits (exact), the offset ``_gemv_q8c_kernel`` subtracts without a convert."""
     row = tl.program_id(0)
@@ -428,10 +448,11 @@ def _gemv_q8_kernel(
     USE_GDC: tl.constexpr,
 ):
     """Mat-vec on int8 activations (W2A8, as llama.cpp's MMVQ and BitNet's GPU kernel): per int32
-    weight word, four ``(w >> 2j) & 0x03030303`` + ``dp4a`` give the exact integer dot of 16 codes
-    with 16 int8 activations — ~1 instruction per weight instead of ~3.6 for the fp32 decode —
-    then one convert and two multiplies (activation scale, weight group scale) per word.
-    ``q_ptr`` holds ``_quant_x_kernel``'s rows; WPG = words per scale group (G / 16).
+    weight word four in-place plane masks + ``dp4a``, per word pair (one activation scale) the exact
+    integer dot of 32 codes with 32 int8 activations and one float step (``_q8p_dot``) — ~1.2
+    instructions per weight on sm_90, loads and reduction included, instead of ~3.6 for the fp32 decode.
+    One program per (row tile, K split).
+    ``q_ptr`` holds ``_quant_x_kernel``'s rows; WPG = words per scale group (G / 16, at least 2).
     With PDL (``USE_GDC``) the first weight tile is loaded before waiting for the kernel that wrote x."""
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -443,8 +464,9 @@ def _gemv_q8_kernel(
     per_split = tl.cdiv(n_wb, SPLIT_K)
     wb0 = pid_k * per_split
     wb1 = tl.minimum(wb0 + per_split, n_wb)
-    acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
-    acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    RUNS: tl.constexpr = BLOCK_W // min(4, WPG, BLOCK_W)  # scale runs per tile (_run_scales)
+    acc2d = tl.zeros([BLOCK_N, RUNS], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, RUNS], tl.float32)
     n_groups = NG
     kw_total = KW
     if USE_GDC:
@@ -463,21 +485,12 @@ def _gemv_q8_kernel(
             words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
             if DUAL:
                 words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
-        xs = tl.load(q_row + 4 * kw_total + wk, mask=km, other=0).to(tl.float32, bitcast=True)
-        xsum = tl.load(q_row + 5 * kw_total + wk, mask=km, other=0)
-        dot = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
-        dot2 = tl.zeros([BLOCK_N, BLOCK_W], tl.int32)
-        for j in tl.static_range(4):
-            xq = tl.load(q_row + j * kw_total + wk, mask=km, other=0)[None, :]
-            dot = _dp4a((words >> (2 * j)) & 0x03030303, xq, dot, USE_ASM)
-            if DUAL:
-                dot2 = _dp4a((words2 >> (2 * j)) & 0x03030303, xq, dot2, USE_ASM)
-        sidx = offs_n[:, None] * n_groups + wk[None, :] // WPG
-        sc = tl.load(s_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
-        acc2d += (dot - xsum[None, :]).to(tl.float32) * (sc * xs[None, :])
+        x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, wb * BLOCK_W, kw_total, BLOCK_W, EVEN_K)
+        sc = _run_scales(s_ptr, offs_n, n_mask[:, None], wb * BLOCK_W, kw_total, n_groups, WPG, BLOCK_W, EVEN_K)
+        acc2d += _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
         if DUAL:
-            sc2 = tl.load(s2_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
-            acc2d2 += (dot2 - xsum[None, :]).to(tl.float32) * (sc2 * xs[None, :])
+            sc2 = _run_scales(s2_ptr, offs_n, n_mask[:, None], wb * BLOCK_W, kw_total, n_groups, WPG, BLOCK_W, EVEN_K)
+            acc2d2 += _q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
     acc = tl.sum(acc2d, axis=1)
     acc2 = tl.sum(acc2d2, axis=1)
     _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
@@ -568,47 +581,56 @@ def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.cons
     wmask = rows & _words_in_row(wk, KW, EVEN)[None, :]
     widx = offs_n[:, None] * KW + wk[None, :]
     words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
-    sc = _word_scales(s_ptr, offs_n, rows, w0, KW, NG, WPG, BLOCK_N, WIDTH, EVEN)
+    sc = _run_scales(s_ptr, offs_n, rows, w0, KW, NG, WPG, WIDTH, EVEN)
     words2 = words
     sc2 = sc
     if DUAL:
         words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
-        sc2 = _word_scales(s2_ptr, offs_n, rows, w0, KW, NG, WPG, BLOCK_N, WIDTH, EVEN)
+        sc2 = _run_scales(s2_ptr, offs_n, rows, w0, KW, NG, WPG, WIDTH, EVEN)
     return words, sc, words2, sc2
 
 
 @triton.jit
-def _word_scales(s_ptr, offs_n, rows, w0, KW, NG, WPG: tl.constexpr, BLOCK_N: tl.constexpr, WIDTH: tl.constexpr,
-                 EVEN: tl.constexpr):
-    """The fp16 group scale of each weight word ``[w0, w0 + WIDTH)`` of rows ``offs_n`` (masked by ``rows``),
-    ``[BLOCK_N, WIDTH]``: loaded once per SUB consecutive words (they share a group) and repeated in registers —
-    a per-word gather loads every scale SUB times (on sm_90 ~40 extra instructions per 16 words of a thread)."""
+def _run_scales(s_ptr, offs_n, rows, w0, KW, NG, WPG: tl.constexpr, WIDTH: tl.constexpr, EVEN: tl.constexpr):
+    """The fp16 group scale of each run of ``min(4, WPG, WIDTH)`` consecutive words in ``[w0, w0 + WIDTH)``
+    of rows ``offs_n`` (masked by ``rows``), ``[BLOCK_N, WIDTH / run]``: a run shares one scale, so it is
+    loaded and applied once (a per-word gather cost ~40 extra instructions per 16 words of a thread on sm_90)."""
     SUB: tl.constexpr = min(4, WPG, WIDTH)
     wq = w0 + tl.arange(0, WIDTH // SUB) * SUB
     sidx = offs_n[:, None] * NG + wq[None, :] // WPG
-    v = tl.load(s_ptr + sidx, mask=rows & _words_in_row(wq, KW, EVEN)[None, :], other=0.0)
-    return tl.reshape(tl.broadcast_to(v[:, :, None], [BLOCK_N, WIDTH // SUB, SUB]), [BLOCK_N, WIDTH])
+    return tl.load(s_ptr + sidx, mask=rows & _words_in_row(wq, KW, EVEN)[None, :], other=0.0)
+
+
+@triton.jit
+def _x_pairs(scale, qsum, WIDTH: tl.constexpr):
+    """Per word pair (one activation scale): the scale / 64 and minus the pair's int8 sum, ``[1, WIDTH / 2]``
+    (what ``_q8p_dot`` needs), from the quantiser's per-word scales and sums ``[WIDTH]``."""
+    s_even, s_odd = tl.split(tl.reshape(scale, [WIDTH // 2, 2]))
+    q_even, q_odd = tl.split(tl.reshape(qsum, [WIDTH // 2, 2]))
+    return (s_even * 0.015625)[None, :], (0 - q_even - q_odd)[None, :]
 
 
 @triton.jit
 def _q8p_x(q_row, w0, KW, WIDTH: tl.constexpr, EVEN: tl.constexpr):
-    """Words ``[w0, w0 + WIDTH)`` of a quantised x row: the four packed int8 planes, fp32 scales, sums."""
+    """Words ``[w0, w0 + WIDTH)`` of a quantised x row: the four packed int8 planes ``[1, WIDTH]`` and, per
+    word pair, the scale / 64 and minus the int8 sum (``_x_pairs``)."""
     wk = w0 + tl.arange(0, WIDTH)
     km = _words_in_row(wk, KW, EVEN)
     x0 = tl.load(q_row + wk, mask=km, other=0)[None, :]
     x1 = tl.load(q_row + KW + wk, mask=km, other=0)[None, :]
     x2 = tl.load(q_row + 2 * KW + wk, mask=km, other=0)[None, :]
     x3 = tl.load(q_row + 3 * KW + wk, mask=km, other=0)[None, :]
-    xs = tl.load(q_row + 4 * KW + wk, mask=km, other=0).to(tl.float32, bitcast=True)[None, :]
-    xsum = tl.load(q_row + 5 * KW + wk, mask=km, other=0)[None, :]
-    return x0, x1, x2, x3, xs, xsum
+    xs = tl.load(q_row + 4 * KW + wk, mask=km, other=0).to(tl.float32, bitcast=True)
+    xsum = tl.load(q_row + 5 * KW + wk, mask=km, other=0)
+    xs, xneg = _x_pairs(xs, xsum, WIDTH)
+    return x0, x1, x2, x3, xs, xneg
 
 
 @triton.jit
 def _q8p_quant(x_row, nw_ptr, w0, K, inv, norm_offset, WIDTH: tl.constexpr, NORM: tl.constexpr,
                NORM_QWEN3: tl.constexpr):
     """Words ``[w0, w0 + WIDTH)`` of x quantised in registers, exactly as ``_quant_x_kernel`` writes them
-    (same arithmetic, so q8px and q8/q8p give the same products): packed int8 planes, scales, sums."""
+    (same arithmetic, so q8px and q8/q8p give the same products), in ``_q8p_x``'s form."""
     w = w0 + tl.arange(0, WIDTH)
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
     xf = _load_x(x_row, nw_ptr, kk, K, inv, norm_offset, NORM, NORM_QWEN3)  # [WIDTH, 16], 0 past K
@@ -616,17 +638,45 @@ def _q8p_quant(x_row, nw_ptr, w0, K, inv, norm_offset, WIDTH: tl.constexpr, NORM
     even, odd = tl.split(tl.reshape(packed, [WIDTH, 2, 2]))  # j = 0, 2 | j = 1, 3
     x0, x2 = tl.split(even)
     x1, x3 = tl.split(odd)
-    return x0[None, :], x1[None, :], x2[None, :], x3[None, :], scale[None, :], qsum[None, :]
+    xs, xneg = _x_pairs(scale, qsum, WIDTH)
+    return x0[None, :], x1[None, :], x2[None, :], x3[None, :], xs, xneg
 
 
 @triton.jit
-def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM: tl.constexpr):
-    """fp32 partial products ``[BLOCK_N, WIDTH]`` of one weight tile with int8 x (as in ``_gemv_q8_kernel``)."""
-    dot = _dp4a(words & 0x03030303, x0, tl.zeros(words.shape, tl.int32) - xsum, USE_ASM)  # codes are t + 1
-    dot = _dp4a((words >> 2) & 0x03030303, x1, dot, USE_ASM)
-    dot = _dp4a((words >> 4) & 0x03030303, x2, dot, USE_ASM)
-    dot = _dp4a((words >> 6) & 0x03030303, x3, dot, USE_ASM)
-    return dot.to(tl.float32) * (sc.to(tl.float32) * xs)
+def _pair_split(v):
+    """``[R, W]`` to its even and odd columns, ``[R, W / 2]`` each (a register move: a thread holds whole pairs)."""
+    return tl.split(tl.reshape(v, [v.shape[0], v.shape[1] // 2, 2]))
+
+
+@triton.jit
+def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG: tl.constexpr, USE_ASM: tl.constexpr):
+    """fp32 partial products ``[BLOCK_N, WIDTH / run]`` (one per run of words sharing a scale,
+    ``_run_scales``) of one weight tile with int8 x.
+
+    Per word pair (one activation scale) the integer dot is exact: code plane j is masked *in place*
+    (``w & (0x03030303 << 2j)``: bytes 4^j c, no shift) and summed by its own ``dp4a`` chain over the pair,
+    then ``a3 + 4 a2 + 16 a1 + 64 a0 = 64 * sum (c - 1) q`` (a0 starts at minus the pair's x sum, as the
+    codes are t + 1). a3 starts at the bits of 1.5 * 2^23, so the result read as fp32 is 1.5 * 2^23 plus
+    the dot, exact for |dot| < 2^22 (here < 2^19): one FADD instead of a convert. Per word: 4 masks and
+    4 ``dp4a``; per pair: 3 shift-adds, one FADD, one FMUL (by scale / 64, exact)."""
+    BN: tl.constexpr = words.shape[0]
+    W: tl.constexpr = words.shape[1]
+    SUB: tl.constexpr = min(4, WPG, W)
+    we, wo = _pair_split(words)
+    x0e, x0o = _pair_split(x0)
+    x1e, x1o = _pair_split(x1)
+    x2e, x2o = _pair_split(x2)
+    x3e, x3o = _pair_split(x3)
+    zero = tl.zeros([BN, W // 2], tl.int32)
+    a0 = _dp4a(wo & 0x03030303, x0o, _dp4a(we & 0x03030303, x0e, zero + xneg, USE_ASM), USE_ASM)
+    a1 = _dp4a(wo & 0x0C0C0C0C, x1o, _dp4a(we & 0x0C0C0C0C, x1e, zero, USE_ASM), USE_ASM)
+    a2 = _dp4a(wo & 0x30303030, x2o, _dp4a(we & 0x30303030, x2e, zero, USE_ASM), USE_ASM)
+    top = -0x3F3F3F40  # 0xC0C0C0C0 as int32
+    a3 = _dp4a_u(wo & top, x3o, _dp4a_u(we & top, x3e, zero + 0x4B400000, USE_ASM), USE_ASM)
+    dot = a3 + 4 * a2 + 16 * a1 + 64 * a0
+    part = (dot.to(tl.float32, bitcast=True) - 12582912.0) * xs  # [BN, W / 2]
+    part = tl.sum(tl.reshape(part, [BN, W // SUB, SUB // 2]), axis=2)
+    return part * sc.to(tl.float32)
 
 
 @triton.jit
@@ -669,16 +719,17 @@ def _gemv_q8p_kernel(
         inv = 1.0
         if NORM:  # the same reduction as _quant_x_kernel's, so the same bits
             inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
-        x0, x1, x2, x3, xs, xsum = _q8p_quant(x_row, nw_ptr, 0, K, inv, norm_offset, BLOCK_W, NORM, NORM_QWEN3)
+        x0, x1, x2, x3, xs, xneg = _q8p_quant(x_row, nw_ptr, 0, K, inv, norm_offset, BLOCK_W, NORM, NORM_QWEN3)
         if TAIL > 0:
-            tx0, tx1, tx2, tx3, txs, txsum = _q8p_quant(x_row, nw_ptr, BLOCK_W, K, inv, norm_offset, TAIL, NORM,
+            tx0, tx1, tx2, tx3, txs, txneg = _q8p_quant(x_row, nw_ptr, BLOCK_W, K, inv, norm_offset, TAIL, NORM,
                                                         NORM_QWEN3)
     elif ONE_K:
-        x0, x1, x2, x3, xs, xsum = _q8p_x(q_row, 0, KW, BLOCK_W, EVEN_K)
+        x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, 0, KW, BLOCK_W, EVEN_K)
         if TAIL > 0:
-            tx0, tx1, tx2, tx3, txs, txsum = _q8p_x(q_row, BLOCK_W, KW, TAIL, EVEN_T)
-    acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
-    acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+            tx0, tx1, tx2, tx3, txs, txneg = _q8p_x(q_row, BLOCK_W, KW, TAIL, EVEN_T)
+    RUNS: tl.constexpr = BLOCK_W // min(4, WPG, BLOCK_W)  # scale runs per step (_run_scales)
+    acc2d = tl.zeros([BLOCK_N, RUNS], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, RUNS], tl.float32)
     for i in range(total):
         if ONE_K:
             t = pid + i * nprog
@@ -696,19 +747,19 @@ def _gemv_q8p_kernel(
             ntw, ntsc, ntw2, ntsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, BLOCK_W, i + 1 < total, N, KW, NG,
                                                WPG, BLOCK_N, TAIL, DUAL, EVEN_T)
         if not ONE_K:
-            x0, x1, x2, x3, xs, xsum = _q8p_x(q_row, wb * BLOCK_W, KW, BLOCK_W, EVEN_K)
-        part = _q8p_dot(words, sc, x0, x1, x2, x3, xs, xsum, USE_ASM)
+            x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, wb * BLOCK_W, KW, BLOCK_W, EVEN_K)
+        part = _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
         part2 = part
         if DUAL:
-            part2 = _q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xsum, USE_ASM)
+            part2 = _q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
         offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
         if ONE_K:  # a whole row per step: reduce and store now, nothing carried to the next step
             acc = tl.sum(part, axis=1)
             acc2 = tl.sum(part2, axis=1)
             if TAIL > 0:
-                acc += tl.sum(_q8p_dot(tw, tsc, tx0, tx1, tx2, tx3, txs, txsum, USE_ASM), axis=1)
+                acc += tl.sum(_q8p_dot(tw, tsc, tx0, tx1, tx2, tx3, txs, txneg, WPG, USE_ASM), axis=1)
                 if DUAL:
-                    acc2 += tl.sum(_q8p_dot(tw2, tsc2, tx0, tx1, tx2, tx3, txs, txsum, USE_ASM), axis=1)
+                    acc2 += tl.sum(_q8p_dot(tw2, tsc2, tx0, tx1, tx2, tx3, txs, txneg, WPG, USE_ASM), axis=1)
                 tw, tsc, tw2, tsc2 = ntw, ntsc, ntw2, ntsc2
             _gemv_epilogue(acc, acc2, offs_n, offs_n < N, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
         else:
@@ -717,8 +768,8 @@ def _gemv_q8p_kernel(
             if wb == n_wb - 1:
                 _gemv_epilogue(tl.sum(acc2d, axis=1), tl.sum(acc2d2, axis=1), offs_n, offs_n < N, pid_m,
                                r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
-                acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
-                acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+                acc2d = tl.zeros([BLOCK_N, RUNS], tl.float32)
+                acc2d2 = tl.zeros([BLOCK_N, RUNS], tl.float32)
         words = nwords
         sc = nsc
         words2 = nwords2
@@ -1160,7 +1211,7 @@ if _decode_activations not in ACTIVATION_MODES:
 
 
 def set_decode_activations(mode: str) -> None:
-    """``"int8"``: decode mat-vecs quantise x to int8 (one scale per 16 values) and use ``dp4a`` —
+    """``"int8"``: decode mat-vecs quantise x to int8 (one scale per 32 values) and use ``dp4a`` —
     what llama.cpp does for every quantised mat-vec, ~3x fewer instructions per weight (t3 weights:
     one scale per 20 values and ``dp2a``, see ``_gemv_q3_kernel``); ``"exact"``:
     x stays fp32 in the kernel (results equal the reference to fp32 rounding). Applies to bf16/fp16
@@ -1366,7 +1417,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         qx = y2
     else:
         qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
-        qw = min(64, triton.next_power_of_2(kw))
+        qw = min(64, triton.next_power_of_2(kw))  # even: a program's words are whole scale pairs
         _quant_x_kernel[(m, triton.cdiv(kw, qw))](
             x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
             BLOCK_W=qw, num_warps=4, **norm, **gdc)
@@ -1388,13 +1439,13 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         xargs = (x2, x2.stride(0), nw if nw is not None else x2, k, float(eps), float(norm_offset))
         whole = bk == 0 or kind == "q8px"
         # whole rows: a power of two of words, then the rest rounded up to a power of two; else BLOCK_K blocks
-        bw = 1 << (kw.bit_length() - 1) if whole else max(1, bk // 16)
+        bw = 1 << (kw.bit_length() - 1) if whole else max(2, bk // 16)
         tail = triton.next_power_of_2(kw - bw) if whole and kw > bw else 0
         _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=tail, ONE_K=whole or bw >= kw,
                                      EVEN_K=whole or kw % bw == 0, EVEN_T=not tail or tail == kw - bw, QUANT_X=kind == "q8px",
                                      **norm, **common)
     else:
-        bw = max(1, bk // 16)
+        bw = max(2, bk // 16)
         _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
 
 
@@ -1457,6 +1508,9 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
             raise ValueError("the int8-activation mat-vec handles t2 weights")
         if cfg[0] == "q8c" and g < 64:
             raise ValueError("the chunked int8-activation mat-vec needs scale groups of at least 64")
+        if g < 32:
+            raise ValueError("the int8-activation mat-vec needs scale groups of at least 32 (one activation "
+                             "scale per 32 values must lie inside one weight group)")
         return _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
     if cfg[0] in ("xp", "x3"):
         if encoding != T2:
@@ -1516,7 +1570,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
     # fp32 activations mean "exact" (reference comparisons); 16-bit ones already round x to 8-9 bits
     a8 = _decode_activations == "int8" and x2.dtype != torch.float32
-    int8 = a8 and encoding == T2 and g >= 16
+    int8 = a8 and encoding == T2 and g >= 32  # an activation scale covers a word pair, inside one scale group
     q3 = a8 and encoding == T3 and _q3_ok(k, g)
     key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
     key += "|a8" if int8 or q3 else ""

@@ -72,7 +72,9 @@ def test_graph_decode_matches_cpu_greedy(tiny):
     assert fused == cpu
 
 
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+# bf16: both sides use int8 decode activations (one scale per 32 values), quantised from differently rounded
+# inputs (the fused step normalises in fp32 inside the quantiser, forward() rounds the norm's output to bf16)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-4), (torch.bfloat16, 3e-2)])
 def test_fused_step_matches_engine_forward(tiny, dtype, tol):
     _, md = tiny
     a = Qwen3Model.from_model_data(md, DEV, dtype=dtype, max_positions=128)

@@ -18,6 +18,9 @@ from tests.engine.conftest import build_tiny, hf_greedy
 pytestmark = pytest.mark.gpu
 DEV = torch.device("cuda", 0)
 TOLS = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # relative L2 error of logits / K/V
+# bf16 eager runs of <= 8 tokens take the int8-activation mat-vecs (one scale per 32 values) while the graph's
+# padded bucket takes the exact GEMM: the int8 rounding of a tiny random model's logits is ~2e-2 on its own
+INT8_VS_EXACT_TOL = 3e-2
 
 
 @pytest.fixture(autouse=True)
@@ -95,7 +98,8 @@ def test_repeated_calls_with_different_lengths_reuse_graphs(tiny):
         ids = _ids(n, seed=10 + i)
         arg = ids if i % 2 else torch.tensor(ids, device=DEV)  # the benchmark passes device tensors
         want, got = _eager(ref, ids, 0), runner(arg, 0)
-        assert rel(got, want) < TOLS[torch.bfloat16], (n, rel(got, want))
+        tol = INT8_VS_EXACT_TOL if n <= 8 else TOLS[torch.bfloat16]
+        assert rel(got, want) < tol, (n, rel(got, want))
         keys.add(bucket_size(n))  # start 0, n <= 128: the KV bucket is always 128 (the largest chunk)
     assert runner.captures == len(keys) == runner.graphs == 4  # buckets 16, 32, 64, 128
     assert runner.replays == len(lengths) - len(keys)

@@ -162,7 +162,8 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     codes, scales = make_weight(n, k, g, "t2", seed=31)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=32)
     x = torch.randn(m, k)
-    x[0, :16] = 0.0  # an all-zero word: scale 0, no division by zero
+    x[0, :32] = 0.0  # an all-zero word pair: activation scale 0, no division by zero
+    x[1, 48:64] = 0.0  # a zero word beside a non-zero one in the same scale pair
     xq = ref.ref_int8_activations(x)
     y = tlin.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
     assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
@@ -181,9 +182,10 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
 
 @pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8p", 2, 0, 3, 1), ("q8px", 2, 0, 1, 2)])
 def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
-    """K = 21 words (G = 16): a whole row per step is 16 words plus a tail block of 8 with 3 masked lanes;
-    plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over 3 / 9 programs."""
-    n, k, g, m = 18, 336, 16, 2
+    """K = 22 words (G = 32, two words per scale group): a whole row per step is 16 words plus a tail block
+    of 8 whose last word pair is masked; plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over
+    3 / 9 programs."""
+    n, k, g, m = 18, 352, 32, 2
     codes, scales = make_weight(n, k, g, "t2", seed=41)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=42)
     x = torch.randn(m, k)
@@ -198,6 +200,19 @@ def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
     tlin.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
+
+
+def test_kernels_int8_matvec_needs_groups_of_32() -> None:
+    """One activation scale per 32 values must sit inside one weight group: G = 16 weights are refused by
+    the int8 kernels and take the exact path by default (same result as the fp32 reference)."""
+    n, k, g = 8, 64, 16
+    codes, scales = make_weight(n, k, g, "t2", seed=5)
+    x = torch.randn(1, k, dtype=torch.float16)
+    for cfg in [("q8", 8, 64, 1, 4), ("q8p", 2, 0, 1, 2), ("q8px", 2, 0, 1, 2)]:
+        with pytest.raises(ValueError, match="at least 32"):
+            tlin.ternary_matvec(x, codes, scales, g, config=cfg)
+    y = tlin.ternary_matvec(x, codes, scales, g)
+    assert rel(y.float(), ref.ref_ternary_matmul(x.float(), codes, scales, g)) < 2e-3
 
 
 def test_kernels_decode_activation_mode_switch() -> None:
