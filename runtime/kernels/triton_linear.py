@@ -322,34 +322,23 @@ def _prep_plain(x_row, nw_ptr, xp_row, K, eps, norm_offset, BLOCK: tl.constexpr,
 
 
 @triton.jit
-def _dp4a(a, b, c, USE_ASM: tl.constexpr):
+def _dp4a(a, b, c, USE_ASM: tl.constexpr, UNSIGNED_A: tl.constexpr = False):
     """``c + sum_i a.byte[i] * b.byte[i]`` over the 4 signed bytes of int32 ``a``, ``b`` (PTX ``dp4a``;
-    the same arithmetic in plain integer ops where inline PTX cannot run, i.e. the interpreter)."""
+    the same arithmetic in plain integer ops where inline PTX cannot run, i.e. the interpreter).
+    ``UNSIGNED_A``: the bytes of ``a`` are unsigned (``dp4a.u32.s32``): a code masked in place at bits 6-7
+    of each byte is 0, 64 or 128, which a signed byte would read as -128."""
     if USE_ASM:
-        return tl.inline_asm_elementwise("dp4a.s32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
+        op: tl.constexpr = "dp4a.u32.s32" if UNSIGNED_A else "dp4a.s32.s32"
+        return tl.inline_asm_elementwise(op + " $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
                                          dtype=tl.int32, is_pure=True, pack=1)
     else:
         for i in tl.static_range(4):
             ab = (a >> (8 * i)) & 0xFF
-            ab = ab - ((ab & 0x80) << 1)
+            if not UNSIGNED_A:
+                ab = ab - ((ab & 0x80) << 1)
             bb = (b >> (8 * i)) & 0xFF
             bb = bb - ((bb & 0x80) << 1)
             c += ab * bb
-        return c
-
-
-@triton.jit
-def _dp4a_u(a, b, c, USE_ASM: tl.constexpr):
-    """``_dp4a`` with the bytes of ``a`` unsigned (``dp4a.u32.s32``): a code masked in place at bits 6-7
-    of each byte is 0, 64 or 128, which a signed byte would read as -128."""
-    if USE_ASM:
-        return tl.inline_asm_elementwise("dp4a.u32.s32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c],
-                                         dtype=tl.int32, is_pure=True, pack=1)
-    else:
-        for i in tl.static_range(4):
-            bb = (b >> (8 * i)) & 0xFF
-            bb = bb - ((bb & 0x80) << 1)
-            c += ((a >> (8 * i)) & 0xFF) * bb
         return c
 
 
@@ -672,7 +661,7 @@ def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG: tl.constexpr, USE_ASM: tl
     a1 = _dp4a(wo & 0x0C0C0C0C, x1o, _dp4a(we & 0x0C0C0C0C, x1e, zero, USE_ASM), USE_ASM)
     a2 = _dp4a(wo & 0x30303030, x2o, _dp4a(we & 0x30303030, x2e, zero, USE_ASM), USE_ASM)
     top = -0x3F3F3F40  # 0xC0C0C0C0 as int32
-    a3 = _dp4a_u(wo & top, x3o, _dp4a_u(we & top, x3e, zero + 0x4B400000, USE_ASM), USE_ASM)
+    a3 = _dp4a(wo & top, x3o, _dp4a(we & top, x3e, zero + 0x4B400000, USE_ASM, True), USE_ASM, True)
     dot = a3 + 4 * a2 + 16 * a1 + 64 * a0
     part = (dot.to(tl.float32, bitcast=True) - 12582912.0) * xs  # [BN, W / 2]
     part = tl.sum(tl.reshape(part, [BN, W // SUB, SUB // 2]), axis=2)
