@@ -1183,6 +1183,10 @@ _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2)
              ("q8p", 4, 4096, 8, 2), ("q8p", 8, 2048, 4, 4), ("q8p", 8, 1024, 4, 2), ("q8p", 2, 0, 8, 2),
              ("q8p", 4, 0, 8, 2), ("q8p", 2, 0, 8, 4), ("q8p", 4, 0, 4, 4), ("q8p", 2, 0, 16, 1), ("q8p", 2, 0, 8, 1)]
 Q8_PLANES = 7  # int32 rows per x row written by _quant_x_kernel (the kernels spell it out as 7)
+# int8 activation values per scale: a word pair, whose integer dots _q8p_dot adds before one float step (the kernels
+# spell it out as pairs); the pair must lie inside one weight group, and every word block the launchers pick is pairs
+INT8_ACT_BLOCK = 32
+_ACT_WORDS = INT8_ACT_BLOCK // 16
 # int8 activations for t3 weights (dp2a on in-register base-3 digits): ("q3", BLOCK_N, BLOCK_W, SPLIT_K,
 # warps) with BLOCK_W in int32 words of codes (20 weights each); int8 mode, t3 layouts that _q3_ok accepts
 _Q3_CANDIDATES = [("q3", 2, 256, 1, 2), ("q3", 4, 128, 1, 2), ("q3", 4, 256, 1, 4), ("q3", 8, 64, 1, 4),
@@ -1406,7 +1410,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         qx = y2
     else:
         qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
-        qw = min(64, triton.next_power_of_2(kw))  # even: a program's words are whole scale pairs
+        qw = min(64, triton.next_power_of_2(kw))  # >= _ACT_WORDS (kw is): whole activation blocks
         _quant_x_kernel[(m, triton.cdiv(kw, qw))](
             x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
             BLOCK_W=qw, num_warps=4, **norm, **gdc)
@@ -1428,13 +1432,13 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         xargs = (x2, x2.stride(0), nw if nw is not None else x2, k, float(eps), float(norm_offset))
         whole = bk == 0 or kind == "q8px"
         # whole rows: a power of two of words, then the rest rounded up to a power of two; else BLOCK_K blocks
-        bw = 1 << (kw.bit_length() - 1) if whole else max(2, bk // 16)
+        bw = 1 << (kw.bit_length() - 1) if whole else max(_ACT_WORDS, bk // 16)
         tail = triton.next_power_of_2(kw - bw) if whole and kw > bw else 0
         _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], *xargs, BLOCK_W=bw, TAIL=tail, ONE_K=whole or bw >= kw,
                                      EVEN_K=whole or kw % bw == 0, EVEN_T=not tail or tail == kw - bw, QUANT_X=kind == "q8px",
                                      **norm, **common)
     else:
-        bw = max(2, bk // 16)
+        bw = max(_ACT_WORDS, bk // 16)
         _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
 
 
@@ -1497,9 +1501,9 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
             raise ValueError("the int8-activation mat-vec handles t2 weights")
         if cfg[0] == "q8c" and g < 64:
             raise ValueError("the chunked int8-activation mat-vec needs scale groups of at least 64")
-        if g < 32:
-            raise ValueError("the int8-activation mat-vec needs scale groups of at least 32 (one activation "
-                             "scale per 32 values must lie inside one weight group)")
+        if g < INT8_ACT_BLOCK:
+            raise ValueError(f"the int8-activation mat-vec needs scale groups of at least {INT8_ACT_BLOCK} (one "
+                             f"activation scale per {INT8_ACT_BLOCK} values must lie inside one weight group)")
         return _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
     if cfg[0] in ("xp", "x3"):
         if encoding != T2:
@@ -1559,7 +1563,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
     # fp32 activations mean "exact" (reference comparisons); 16-bit ones already round x to 8-9 bits
     a8 = _decode_activations == "int8" and x2.dtype != torch.float32
-    int8 = a8 and encoding == T2 and g >= 32  # an activation scale covers a word pair, inside one scale group
+    int8 = a8 and encoding == T2 and g >= INT8_ACT_BLOCK  # an activation block lies inside one scale group
     q3 = a8 and encoding == T3 and _q3_ok(k, g)
     key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
     key += "|a8" if int8 or q3 else ""
