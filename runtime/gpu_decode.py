@@ -20,6 +20,7 @@ On a CPU (or with ``use_graph=False``) the same step runs eagerly, which is what
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ class GraphDecoder:
     """
 
     def __init__(self, step: StepFn, vocab_size: int, device: torch.device | str,
-                 use_graph: bool | None = None, warmup: int = 2) -> None:
+                 use_graph: bool | None = None, warmup: int = 2, fused_sampling: bool | None = None) -> None:
         self.step = step
         self.vocab_size = vocab_size
         self.device = torch.device(device)
@@ -66,6 +67,18 @@ class GraphDecoder:
         self._generator: torch.Generator | None = None
         self.graph_replays = 0
         self.fallback_reason: str | None = None  # set when capture failed and decoding went eager
+        # penalties + argmax + the loop's bookkeeping in one Triton launch (default on CUDA; the eager torch
+        # ops below are the reference and the CPU path; TERNARY_FUSED_SAMPLING=0 turns it off)
+        self.sampler = None
+        if fused_sampling is None:
+            fused_sampling = self.device.type == "cuda" and os.environ.get("TERNARY_FUSED_SAMPLING", "1") != "0"
+        if fused_sampling:
+            try:
+                from runtime.kernels.triton_sampling import DecoderSampler
+            except ImportError:  # no Triton: the torch ops
+                DecoderSampler = None  # noqa: N806
+            if DecoderSampler is not None:
+                self.sampler = DecoderSampler(vocab_size, dev)
         if self.device.type == "cuda":
             self._host = torch.zeros(2, dtype=torch.long, pin_memory=True)
             self._events = [torch.cuda.Event(), torch.cuda.Event()]
@@ -116,7 +129,10 @@ class GraphDecoder:
     def candidates(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(unnormalised kept probabilities, token ids), best first, for the sampling graph key."""
         temp, top_p, min_p = self.params[0], self.params[1], self.params[2]
-        x = self._penalized(logits) / temp
+        if self.sampler is not None:
+            x = self.sampler.scaled(logits, self.seen, self.counts, self.params)
+        else:
+            x = self._penalized(logits) / temp
         if self._key.top_k:
             vals, idx = torch.topk(x, self._key.top_k)  # sorted descending
         else:
@@ -143,6 +159,9 @@ class GraphDecoder:
     def _body(self) -> None:
         """One decode step on the static buffers: forward, sample, feed back, advance."""
         logits = self.step(self.tok, self.pos)
+        if self._key.greedy and self.sampler is not None:
+            self.sampler.greedy_step(logits, self.seen, self.counts, self.params, self.tok, self.pos)
+            return
         nxt = self._sample(logits)
         self.tok.copy_(nxt)
         self.pos.add_(1)
@@ -325,6 +344,7 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
     sm_scale = hd ** -0.5
     cache = model.cache
+    attn_q8 = hd & (hd - 1) == 0 and hd % 32 == 0 and os.environ.get("TERNARY_ATTN_Q8", "1") != "0"
 
     def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         x = embed(tok, dtype)  # [1, H]
@@ -342,8 +362,10 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
             vs = cache.v_scale[i] if cache.v_scale is not None else None
             qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps,
                                           k_scale=ks, v_scale=vs)
-            a = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs)
-            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x)
+            # the attention writes o_proj's int8 input itself (no quantisation launch) where it can
+            qa = tlin.quant_x_planes(1, nq, dtype, x.device) if attn_q8 else None
+            a = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs, q8_out=qa)
+            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x, x_int8=qa)
             h = tlin.swiglu_matvec(x, gu.codes, gu.scales, gu.group_size, norm_weight=b.post_norm, eps=eps)
             x = tlin.ternary_matvec(h, d.codes, d.scales, d.group_size, residual=x)
             if streamed is not None:

@@ -314,6 +314,8 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
     rotation = model.rotation
     dtype = model.dtype
     int8 = cache.k.dtype == torch.int8
+    hdim = cfg.head_dim
+    attn_q8 = hdim & (hdim - 1) == 0 and hdim % 32 == 0 and os.environ.get("TERNARY_ATTN_Q8", "1") != "0"
 
     def norm_m1(n: torch.nn.Module) -> torch.Tensor:
         m1 = getattr(n, "weight_m1", None)
@@ -365,13 +367,20 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         w = m.weight[r0:r0 + g.sizes[j]]
         return w.contiguous() if w.dtype == dtype else w.to(dtype).contiguous()
 
-    def residual_linear(m: torch.nn.Module, a: torch.Tensor, folded: bool, x: torch.Tensor) -> torch.Tensor:
+    def residual_linear(m: torch.nn.Module, a: torch.Tensor, folded: bool, x: torch.Tensor,
+                        x_int8: torch.Tensor | None = None) -> torch.Tensor:
         if folded:
             assert rotation is not None
             a = rotation(a)
         if isinstance(m, tlin.TritonLinear):
-            return tlin.ternary_matvec(a, m.codes, m.scales, m.group_size, m.encoding, residual=x)
+            return tlin.ternary_matvec(a, m.codes, m.scales, m.group_size, m.encoding, residual=x, x_int8=x_int8)
         return x + m(a)
+
+    def planes_for(m: torch.nn.Module, folded: bool, k: int) -> torch.Tensor | None:
+        """A buffer for the attention to write ``m``'s int8 input into (t2 mat-vecs on the unrotated output)."""
+        if not attn_q8 or folded or not (isinstance(m, tlin.TritonLinear) and m.encoding == "t2"):
+            return None
+        return tlin.quant_x_planes(1, k, dtype, cache.k.device)
 
     plans = []
     for layer in model.layers:
@@ -462,10 +471,11 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         vs = cache.v_scale[mx.slot] if int8 else None
         qr = tr.qk_norm_rope_kv_write(q, k, v, plan["q_m1"], plan["k_m1"], cos, sin, pos, kc, vc, eps,
                                       weight_offset=1.0, k_scale=ks, v_scale=vs)
-        # the output gate (sigmoid) is applied inside the attention launch
+        # the output gate (sigmoid) is applied inside the attention launch, which also writes o_proj's int8 input
+        qa = planes_for(mx.o_proj, mx.o_folded, nh * hd)
         att = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs,
-                                  gate=gate[0] if gate is not None else None)
-        return residual_linear(mx.o_proj, att.reshape(1, nh * hd), mx.o_folded, x)
+                                  gate=gate[0] if gate is not None else None, q8_out=qa)
+        return residual_linear(mx.o_proj, att.reshape(1, nh * hd), mx.o_folded, x, x_int8=qa)
 
     def mlp(plan: dict, x: torch.Tensor) -> torch.Tensor:
         blk = plan["block"]

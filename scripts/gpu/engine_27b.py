@@ -6,7 +6,9 @@ Per configuration (``--configs``, e.g. ``full,7GiB,6GiB``: no VRAM cap, or ``max
 configs from the shipped tuned file / measured afresh over the quick candidate set; ``tuned:PATH``: the shipped
 configs with those of the tuned file PATH on top (in-step comparisons of launch configs); ``nopdl``: no cap, kernels launched
 without programmatic dependent launch; ``gprefill``: no cap, graph-captured prefill
-(the default; forced on), ``eprefill``: the same with it forced off; for side-by-sides in one process):
+(the default; forced on), ``eprefill``: the same with it forced off; ``env:VAR=VAL/VAR2=VAL``: no cap, with
+those environment variables set for that configuration only (e.g. ``env:TERNARY_FUSED_SAMPLING=0``); for side-by-sides
+in one process):
 ``Engine.load`` of the synthetic model at ``--ctx`` (weights generated on the GPU once, then kept in
 host memory so the load is the engine's own), one warm-up answer, then ``--runs`` greedy answers to
 the same ``--prompt-tokens`` prompt (cache reset before each, so every run prefills) of ``--gen``
@@ -114,6 +116,11 @@ def main() -> int:
     for cfg in a.configs.split(","):
         r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen,
                    "prefill_chunk": a.prefill_chunk or "default"}
+        env_set = dict(kv.split("=", 1) for kv in cfg[4:].split("/")) if cfg.startswith("env:") else {}
+        env_old = {k: os.environ.get(k) for k in env_set}
+        os.environ.update(env_set)
+        if env_set:
+            r["env"] = env_set
         try:
             torch.cuda.reset_peak_memory_stats()
             free0, total = torch.cuda.mem_get_info()
@@ -142,7 +149,7 @@ def main() -> int:
             r["pdl"] = pdl.enabled()
             try:
                 eng = Engine.load(md, device="cuda", context_length=a.ctx,
-                                  max_vram_bytes=None if cfg in NO_CAP or tuned_extra else parse_bytes(cfg),
+                                  max_vram_bytes=None if cfg in NO_CAP or tuned_extra or env_set else parse_bytes(cfg),
                                   decode_activations=a.decode_activations)
             finally:
                 planner_mod.plan_for_this_machine = plan_fn
@@ -185,6 +192,11 @@ def main() -> int:
             traceback.print_exc()
             r["error"] = repr(e)[:600]
         pdl.set_enabled(None)
+        for k, v in env_old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         gc.collect()
         torch.cuda.empty_cache()
         print(json.dumps(r), flush=True)

@@ -63,6 +63,7 @@ def _chain(h: torch.Tensor, layers: list, encoding: str, up_cfg: tuple, down_cfg
     ("t2", ("q8", 4, 4096, 1, 4), ("q8", 4, 1024, 3, 4)),  # 3 splits of K = 2048's 2 blocks: one is empty
     ("t3", ("q3", 4, 128, 1, 2), ("q3", 2, 128, 2, 2)),
     ("t3", ("q3", 8, 64, 1, 4), ("q3", 4, 64, 3, 2)),
+    ("t2", ("q8p", 2, 0, 8, 1), ("q8", 4, 4096, 1, 2)),  # the 8B's shipped kinds: persistent one-warp, then q8
 ])
 def test_dependent_matvec_chain_is_exact_under_pdl(encoding, up_cfg, down_cfg):
     hid, inter, n_layers = 2048, 4096, 6

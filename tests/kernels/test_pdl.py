@@ -12,10 +12,19 @@ import pytest
 import torch
 
 from runtime import gpu_decode_qwen35
-from runtime.kernels import pdl, triton_attention, triton_gather, triton_linear, triton_norm, triton_rope
+from runtime.kernels import (
+    pdl,
+    triton_attention,
+    triton_gather,
+    triton_linear,
+    triton_norm,
+    triton_rope,
+    triton_sampling,
+)
 from runtime.model import deltanet_triton
 
-MODULES = [triton_linear, triton_norm, triton_rope, triton_attention, triton_gather, deltanet_triton, gpu_decode_qwen35]
+MODULES = [triton_linear, triton_norm, triton_rope, triton_attention, triton_gather, triton_sampling, deltanet_triton,
+           gpu_decode_qwen35]
 
 
 def test_off_on_cpu_and_when_disabled(monkeypatch):
@@ -55,7 +64,7 @@ def test_the_decode_kernels_take_part():
     names = {k.rsplit(".", 1)[1] for k in KERNELS}
     assert {"_gemv_q8_kernel", "_gemv_q8c_kernel", "_gemv_q8p_kernel", "_gemv_q3_kernel", "_quant_x_kernel", "_quant_x3_kernel", "_rmsnorm_kernel",
             "_qk_norm_rope_kernel", "_decode_attn_kernel", "_gather_rows_kernel", "_conv_step_kernel",
-            "_gdn_decode_kernel"} <= names
+            "_gdn_decode_kernel", "_decoder_sample_kernel"} <= names
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
