@@ -7,7 +7,10 @@ and position live in device buffers, the KV cache is preallocated, the sampler's
 device scalars, and the step writes its sampled token back into the input buffer and advances the
 position itself, so consecutive replays need no host work at all. The host only reads the
 sampled id (to turn it into text), through pinned memory and an event, *one step behind*: while
-the host detokenizes token ``n`` the GPU is already computing token ``n + 1``.
+the host detokenizes token ``n`` the GPU is already computing token ``n + 1``. Greedy decoding on CUDA
+samples in one Triton launch (``triton_sampling.DecoderSampler``: penalties, argmax, the buffers above) that
+also writes the token into that pinned memory itself, so nothing but graph replays and events sits in the
+stream between two steps.
 
 Sampling follows :mod:`runtime.sampling` (HF semantics for repetition penalty, temperature,
 top-k, top-p, min-p; OpenAI for presence/frequency) but with every parameter a device tensor and
@@ -160,7 +163,8 @@ class GraphDecoder:
         """One decode step on the static buffers: forward, sample, feed back, advance."""
         logits = self.step(self.tok, self.pos)
         if self._key.greedy and self.sampler is not None:
-            self.sampler.greedy_step(logits, self.seen, self.counts, self.params, self.tok, self.pos)
+            self.sampler.greedy_step(logits, self.seen, self.counts, self.params, self.tok, self.pos,
+                                     self._host if self.device.type == "cuda" else None)
             return
         nxt = self._sample(logits)
         self.tok.copy_(nxt)
@@ -237,14 +241,17 @@ class GraphDecoder:
                 yield int(self.tok.item())
             return
         host, events = self._host, self._events
+        # the fused greedy sampler writes each token straight into host[its position % 2] (pinned memory)
+        direct = self._key.greedy and self.sampler is not None
         for i in range(max_new + 1):
             if i < max_new:
                 self._run_step()
-                host[i % 2].copy_(self.tok[0], non_blocking=True)
+                if not direct:
+                    host[(position + i) % 2].copy_(self.tok[0], non_blocking=True)
                 events[i % 2].record()
             if i > 0:
                 events[(i - 1) % 2].synchronize()
-                yield int(host[(i - 1) % 2])
+                yield int(host[(position + i - 1) % 2])
 
 
 def enforce_max_vram(max_vram: int, device: torch.device | str = "cuda", context_bytes: int | None = None) -> float:
@@ -344,12 +351,10 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
     sm_scale = hd ** -0.5
     cache = model.cache
-    attn_q8 = hd & (hd - 1) == 0 and hd % 32 == 0 and os.environ.get("TERNARY_ATTN_Q8", "1") != "0"
 
     def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         x = embed(tok, dtype)  # [1, H]
         cos, sin = model.rope.cos, model.rope.sin
-        seq_len = pos + 1
         for i, (b, streamed, qkv, gu, o, d) in enumerate(layers):
             if streamed is not None:
                 streamed._streamer.before(streamed.index)
@@ -362,16 +367,15 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
             vs = cache.v_scale[i] if cache.v_scale is not None else None
             qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps,
                                           k_scale=ks, v_scale=vs)
-            # the attention writes o_proj's int8 input itself (no quantisation launch) where it can
-            qa = tlin.quant_x_planes(1, nq, dtype, x.device) if attn_q8 else None
-            a = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs, q8_out=qa)
-            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x, x_int8=qa)
+            a = ta.decode_attention(qr[0], kc, vc, pos, sm_scale, k_scale=ks, v_scale=vs,
+                                    len_offset=1)  # keys [0, pos + 1): no separate pos + 1 launch
+            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x)
             h = tlin.swiglu_matvec(x, gu.codes, gu.scales, gu.group_size, norm_weight=b.post_norm, eps=eps)
             x = tlin.ternary_matvec(h, d.codes, d.scales, d.group_size, residual=x)
             if streamed is not None:
                 streamed._streamer.after(streamed.index)
         logits = tlin.fused_rmsnorm_matvec(x, model.final_norm, eps, head.codes, head.scales, head.group_size)
-        return logits.reshape(-1).to(torch.float32)
+        return logits.reshape(-1)  # the model's dtype: the decoder's sampler reads it as fp32 (no cast launch)
 
     return step
 

@@ -276,7 +276,7 @@ def fused_decode_step(model: torch.nn.Module) -> StepFn | None:
 
 
 def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
-    """A graph-safe ``step(tok [1], pos [1]) -> logits [V] fp32`` for a ``Qwen35Model``, or ``None``.
+    """A graph-safe ``step(tok [1], pos [1]) -> logits [V]`` (model dtype) for a ``Qwen35Model``, or ``None``.
 
     ``None`` when the model is another architecture, Triton is missing, or a linear is neither a
     Triton ternary matrix (t2 or t3) nor a dense one (e.g. the CPU reference backend). Equal to
@@ -314,8 +314,6 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
     rotation = model.rotation
     dtype = model.dtype
     int8 = cache.k.dtype == torch.int8
-    hdim = cfg.head_dim
-    attn_q8 = hdim & (hdim - 1) == 0 and hdim % 32 == 0 and os.environ.get("TERNARY_ATTN_Q8", "1") != "0"
 
     def norm_m1(n: torch.nn.Module) -> torch.Tensor:
         m1 = getattr(n, "weight_m1", None)
@@ -367,20 +365,13 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         w = m.weight[r0:r0 + g.sizes[j]]
         return w.contiguous() if w.dtype == dtype else w.to(dtype).contiguous()
 
-    def residual_linear(m: torch.nn.Module, a: torch.Tensor, folded: bool, x: torch.Tensor,
-                        x_int8: torch.Tensor | None = None) -> torch.Tensor:
+    def residual_linear(m: torch.nn.Module, a: torch.Tensor, folded: bool, x: torch.Tensor) -> torch.Tensor:
         if folded:
             assert rotation is not None
             a = rotation(a)
         if isinstance(m, tlin.TritonLinear):
-            return tlin.ternary_matvec(a, m.codes, m.scales, m.group_size, m.encoding, residual=x, x_int8=x_int8)
+            return tlin.ternary_matvec(a, m.codes, m.scales, m.group_size, m.encoding, residual=x)
         return x + m(a)
-
-    def planes_for(m: torch.nn.Module, folded: bool, k: int) -> torch.Tensor | None:
-        """A buffer for the attention to write ``m``'s int8 input into (t2 mat-vecs on the unrotated output)."""
-        if not attn_q8 or folded or not (isinstance(m, tlin.TritonLinear) and m.encoding == "t2"):
-            return None
-        return tlin.quant_x_planes(1, k, dtype, cache.k.device)
 
     plans = []
     for layer in model.layers:
@@ -454,7 +445,7 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
             o = o.index_select(1, mx.out_perm)
         return residual_linear(mx.out_proj, o, mx.out_folded, x)
 
-    def attention(plan: dict, x: torch.Tensor, pos: torch.Tensor, seq_len: torch.Tensor) -> torch.Tensor:
+    def attention(plan: dict, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         mx = plan["block"].mixer
         q, k, v = project(mx.qkv, x, plan["in_m1"])
         assert q is not None and k is not None and v is not None
@@ -471,11 +462,10 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         vs = cache.v_scale[mx.slot] if int8 else None
         qr = tr.qk_norm_rope_kv_write(q, k, v, plan["q_m1"], plan["k_m1"], cos, sin, pos, kc, vc, eps,
                                       weight_offset=1.0, k_scale=ks, v_scale=vs)
-        # the output gate (sigmoid) is applied inside the attention launch, which also writes o_proj's int8 input
-        qa = planes_for(mx.o_proj, mx.o_folded, nh * hd)
-        att = ta.decode_attention(qr[0], kc, vc, seq_len, sm_scale, k_scale=ks, v_scale=vs,
-                                  gate=gate[0] if gate is not None else None, q8_out=qa)
-        return residual_linear(mx.o_proj, att.reshape(1, nh * hd), mx.o_folded, x, x_int8=qa)
+        # the output gate (sigmoid) is applied inside the attention launch
+        att = ta.decode_attention(qr[0], kc, vc, pos, sm_scale, k_scale=ks, v_scale=vs,  # keys [0, pos + 1)
+                                  gate=gate[0] if gate is not None else None, len_offset=1)
+        return residual_linear(mx.o_proj, att.reshape(1, nh * hd), mx.o_folded, x)
 
     def mlp(plan: dict, x: torch.Tensor) -> torch.Tensor:
         blk = plan["block"]
@@ -507,7 +497,6 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
         if model.embed_rotated:
             assert rotation is not None
             x = rotation.inverse(x)
-        seq_len = pos + 1
         for plan in plans:
             streamed = plan["streamed"]
             if streamed is not None:
@@ -515,7 +504,7 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
             if "ab" in plan:
                 x = gdn(plan, x)
             else:
-                x = attention(plan, x, pos, seq_len)
+                x = attention(plan, x, pos)
             x = mlp(plan, x)
             if streamed is not None:
                 streamed._streamer.after(streamed.index)
@@ -528,7 +517,7 @@ def fused_qwen35_step(model: torch.nn.Module) -> StepFn | None:
                 assert rotation is not None
                 h = rotation(h)
             logits = head(h)
-        return logits.reshape(-1).to(torch.float32)
+        return logits.reshape(-1)  # the model's dtype: the decoder's sampler reads it as fp32 (no cast launch)
 
     step.state_buffers = (state.conv, state.recurrent)  # type: ignore[attr-defined]
     # DeltaNet layers whose input norm is fused into the in-projection and the gates (for tests)

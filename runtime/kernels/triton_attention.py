@@ -19,14 +19,13 @@ import triton.language as tl
 
 from runtime.kernels import pdl
 from runtime.kernels.pdl import gdc_wait, prefetch_l2
-from runtime.kernels.triton_linear import INTERPRET, Q8_PLANES, _counter_buffer, store_quant_words
+from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
 
 
 @triton.jit
 def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr):
     """Store the attention output, times ``sigmoid(gate)`` for gated attention (Qwen3.5), rounded as the
-    eager ``o * torch.sigmoid(gate)`` rounds: output, sigmoid and product each to the output dtype. Returns
-    what it stored."""
+    eager ``o * torch.sigmoid(gate)`` rounds: output, sigmoid and product each to the output dtype."""
     odt = o_ptr.dtype.element_ty
     out = out.to(odt)
     if GATED:
@@ -34,19 +33,6 @@ def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr)
         sig = (1.0 / (1.0 + tl.exp(-g))).to(odt)
         out = (out.to(tl.float32) * sig.to(tl.float32)).to(odt)
     tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out, mask=omask)
-    return out
-
-
-@triton.jit
-def _store_out_q8(out, q8_ptr, hk, GROUP, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
-    """The o_proj's int8 input planes for this head group's rows of the stored output ``out [ROWS, BLOCK_D]``
-    (query heads ``hk * GROUP + r``, the first GROUP rows real): the same bits ``_quant_x_kernel`` would write from
-    the stored row, without its launch. Needs a contiguous ``[Hq, D]`` output with ``D == BLOCK_D``."""
-    WPH: tl.constexpr = BLOCK_D // 16  # weight words per head (even: one activation scale per word pair)
-    KW = tl.num_programs(0) * GROUP * WPH
-    wl = tl.arange(0, ROWS * WPH)
-    xf = tl.reshape(out.to(tl.float32), [ROWS * WPH, 16])
-    store_quant_words(q8_ptr, KW, hk * GROUP * WPH + wl, wl < GROUP * WPH, xf, ROWS * WPH)
 
 
 @triton.jit
@@ -61,10 +47,10 @@ def _split_keys(L, sp, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, MIN_PER:
 
 @triton.jit
 def _prefetch_kv_l2(kbase, vbase, sc_s, len_ptr, D, NUM_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
-                    BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr, TILES: tl.constexpr):
+                    BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr, TILES: tl.constexpr, LEN_OFFSET: tl.constexpr):
     """Prefetch into L2 the K/V lines of the first ``TILES`` tiles of this split (the kernel's own share of the
     live length; read before the PDL wait, a length not yet final only prefetches other lines)."""
-    L = tl.load(len_ptr).to(tl.int32)
+    L = tl.load(len_ptr).to(tl.int32) + LEN_OFFSET
     per, s_begin, s_end = _split_keys(L, tl.program_id(1), NUM_SPLITS, BLOCK_S, MIN_PER)
     EPL: tl.constexpr = 1024 // kbase.dtype.element_ty.primitive_bitwidth  # elements per 128-byte line
     LINES: tl.constexpr = (BLOCK_D + EPL - 1) // EPL
@@ -80,18 +66,18 @@ def _prefetch_kv_l2(kbase, vbase, sc_s, len_ptr, D, NUM_SPLITS: tl.constexpr, BL
 @triton.jit
 def _decode_attn_kernel(
     q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
-    o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, q8_ptr, sm_scale, D, GROUP,
+    o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
-    PREFETCH_TILES: tl.constexpr, GROUP_P2: tl.constexpr, Q8_OUT: tl.constexpr,
+    PREFETCH_TILES: tl.constexpr, GROUP_P2: tl.constexpr, LEN_OFFSET: tl.constexpr,
 ):
     hk = tl.program_id(0)
     sp = tl.program_id(1)
     if USE_GDC and PREFETCH_TILES > 0:  # launched early (PDL): this split's first K/V tiles into L2 meanwhile
         _prefetch_kv_l2(kc_ptr + hk * sc_h, vc_ptr + hk * sc_h, sc_s, len_ptr, D, NUM_SPLITS, BLOCK_D, BLOCK_S,
-                        MIN_PER, PREFETCH_TILES)
+                        MIN_PER, PREFETCH_TILES, LEN_OFFSET)
     gdc_wait(USE_GDC)
-    L = tl.load(len_ptr).to(tl.int32)
+    L = tl.load(len_ptr).to(tl.int32) + LEN_OFFSET
     hs = tl.arange(0, BLOCK_H)
     hmask = hs < GROUP
     d = tl.arange(0, BLOCK_D)
@@ -133,9 +119,8 @@ def _decode_attn_kernel(
 
     omask = hmask[:, None] & dmask[None, :]
     if NUM_SPLITS == 1:
-        out = _store_out(acc / l_i[:, None], o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
-        if Q8_OUT:
-            _store_out_q8(out, q8_ptr, hk, GROUP, BLOCK_H, BLOCK_D)
+        out = acc / l_i[:, None]
+        _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
     else:
         pidx = hk * NUM_SPLITS + sp
         tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
@@ -170,9 +155,7 @@ def _decode_attn_kernel(
                 tot_l += ls * f
                 tot += a * f[:, None]
             out = tot / tl.where(rmask, tot_l, 1.0)[:, None]
-            out = _store_out(out, o_ptr, so_h, g_ptr, sg_h, hk * GROUP + hr, d, rdmask, GATED)
-            if Q8_OUT:
-                _store_out_q8(out, q8_ptr, hk, GROUP, GROUP_P2, BLOCK_D)
+            _store_out(out, o_ptr, so_h, g_ptr, sg_h, hk * GROUP + hr, d, rdmask, GATED)
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
@@ -219,12 +202,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      out: torch.Tensor | None = None, num_splits: int | None = None,
                      block_s: int | None = None, num_warps: int | None = None,
                      min_split_keys: int | None = None, gate: torch.Tensor | None = None,
-                     q8_out: torch.Tensor | None = None) -> torch.Tensor:
-    """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0])``.
-
-    ``q8_out`` (int32 ``[Q8_PLANES * Hq * D / 16]``, from ``triton_linear.quant_x_planes``): the launch also
-    writes the output's int8 planes there, for the o_proj mat-vec's ``x_int8`` (one quantisation launch fewer
-    per layer; same bits). Needs a power-of-two head size of at least 32.
+                     len_offset: int = 0) -> torch.Tensor:
+    """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0] + len_offset)``
+    (``len_offset=1`` with the step's position tensor itself saves the step a ``pos + 1`` launch).
 
     ``min_split_keys``: each split program takes at least this many keys (rounded up to whole
     tiles), so short contexts use fewer of the ``num_splits`` programs. ``gate [Hq, D]`` (any head
@@ -251,10 +231,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError("the attention gate must be [Hq, D] with a contiguous last dimension")
     if out is None:
         out = torch.empty(hq, dim, dtype=q.dtype, device=q.device)
-    if q8_out is not None and (block_d != dim or dim % 32 or out.stride() != (dim, 1) or q8_out.dtype != torch.int32
-                               or q8_out.numel() < Q8_PLANES * hq * dim // 16):
-        raise ValueError("q8_out needs a power-of-two head size >= 32, a contiguous output and an int32 buffer "
-                         "of Q8_PLANES * Hq * D / 16")
     if splits > 1:
         part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
         ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
@@ -266,11 +242,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _decode_attn_kernel[(hkv, splits)](
         q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
         ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), gate if gate is not None else out,
-        gate.stride(0) if gate is not None else 0, part, ml, cnt, q8_out if q8_out is not None else out,
-        float(sm_scale), dim, group,
+        gate.stride(0) if gate is not None else 0, part, ml, cnt, float(sm_scale), dim, group,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
         IEEE=q.dtype == torch.float32, GATED=gate is not None, PREFETCH_TILES=PREFETCH_TILES,
-        GROUP_P2=triton.next_power_of_2(group), Q8_OUT=q8_out is not None, num_warps=num_warps,
+        GROUP_P2=triton.next_power_of_2(group), LEN_OFFSET=int(len_offset), num_warps=num_warps,
         **pdl.launch_options(q.device),
     )
     return out

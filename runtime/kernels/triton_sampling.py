@@ -156,12 +156,13 @@ def _f32_rn(a, b, OP: tl.constexpr, USE_ASM: tl.constexpr):
 
 @triton.jit
 def _decoder_sample_kernel(logits_ptr, seen_ptr, counts_ptr, params_ptr, out_ptr, pval_ptr, pidx_ptr, cnt_ptr,
-                           tok_ptr, pos_ptr, V, BLOCK: tl.constexpr, P_BLOCK: tl.constexpr, GREEDY: tl.constexpr,
-                           USE_ASM: tl.constexpr, USE_GDC: tl.constexpr):
+                           tok_ptr, pos_ptr, host_ptr, V, BLOCK: tl.constexpr, P_BLOCK: tl.constexpr,
+                           GREEDY: tl.constexpr, HOST: tl.constexpr, USE_ASM: tl.constexpr, USE_GDC: tl.constexpr):
     """Penalties (and, sampling, temperature) over one BLOCK of the vocabulary. GREEDY: each program's
     first maximum goes to (pval, pidx); the last program to arrive picks the first overall maximum (torch's
     argmax rule; NaN counts as +inf), writes it to ``tok``, advances ``pos`` and marks it in ``seen`` and
-    ``counts`` — the whole decode-loop bookkeeping. Otherwise the scaled logits go to ``out``."""
+    ``counts`` — the whole decode-loop bookkeeping — and, with HOST, also to ``host[pos % 2]`` (pinned host memory
+    the GPU writes directly: no device-to-host copy between two steps). Otherwise the scaled logits go to ``out``."""
     gdc_wait(USE_GDC)
     pid = tl.program_id(0)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
@@ -192,7 +193,10 @@ def _decoder_sample_kernel(logits_ptr, seen_ptr, counts_ptr, params_ptr, out_ptr
             win = tl.argmax(vals, axis=0, tie_break_left=True)  # the lowest block among equal maxima
             token = tl.sum(tl.where(r == win, idxs, 0), axis=0)
             tl.store(tok_ptr, token.to(tok_ptr.dtype.element_ty))
-            tl.store(pos_ptr, tl.load(pos_ptr) + 1)
+            pos = tl.load(pos_ptr)
+            tl.store(pos_ptr, pos + 1)
+            if HOST:
+                tl.store(host_ptr + (pos & 1), token.to(host_ptr.dtype.element_ty))
             tl.store(seen_ptr + token, tl.full([], 1, seen_ptr.dtype.element_ty))
             tl.store(counts_ptr + token, tl.load(counts_ptr + token) + 1)
             tl.atomic_xchg(cnt_ptr, 0)
@@ -217,7 +221,8 @@ class DecoderSampler:
         self.use_asm = not INTERPRET
 
     def _launch(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, params: torch.Tensor,
-                out: torch.Tensor | None, tok: torch.Tensor | None, pos: torch.Tensor | None) -> None:
+                out: torch.Tensor | None, tok: torch.Tensor | None, pos: torch.Tensor | None,
+                host: torch.Tensor | None = None) -> None:
         from runtime.kernels import pdl
 
         lg = logits.reshape(-1)
@@ -227,14 +232,18 @@ class DecoderSampler:
         dummy = self.pval
         _decoder_sample_kernel[(self.programs,)](
             lg, seen, counts, params, dummy if greedy else out, self.pval, self.pidx, self.counter,
-            tok if greedy else dummy, pos if greedy else dummy, self.vocab_size, BLOCK=DECODER_BLOCK,
-            P_BLOCK=triton.next_power_of_2(self.programs), GREEDY=greedy, USE_ASM=self.use_asm, num_warps=4,
+            tok if greedy else dummy, pos if greedy else dummy, host if host is not None else dummy, self.vocab_size,
+            BLOCK=DECODER_BLOCK, P_BLOCK=triton.next_power_of_2(self.programs), GREEDY=greedy,
+            HOST=host is not None, USE_ASM=self.use_asm, num_warps=4,
             **pdl.launch_options(lg.device))
 
     def greedy_step(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, params: torch.Tensor,
-                    tok: torch.Tensor, pos: torch.Tensor) -> None:
-        """``tok[0] = argmax(penalized logits)``, ``pos += 1``, ``seen[tok] = True``, ``counts[tok] += 1``."""
-        self._launch(logits, seen, counts, params, None, tok, pos)
+                    tok: torch.Tensor, pos: torch.Tensor, host: torch.Tensor | None = None) -> None:
+        """``tok[0] = argmax(penalized logits)``, ``pos += 1``, ``seen[tok] = True``, ``counts[tok] += 1``; with
+        ``host`` (int64 ``[2]``, pinned) also ``host[old pos % 2] = tok``."""
+        if host is not None and (host.numel() < 2 or host.dtype != torch.int64):
+            raise ValueError("host must be an int64 buffer of two slots")
+        self._launch(logits, seen, counts, params, None, tok, pos, host)
 
     def scaled(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor,
                params: torch.Tensor) -> torch.Tensor:

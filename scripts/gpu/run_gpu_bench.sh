@@ -9,7 +9,9 @@
 # Usage (device machine, repo root, carry .llamacpp): DEADLINE=540 bash scripts/gpu/run_gpu_bench.sh
 #   LLAMA_ONLY=1 LLAMA_JOBS=16 DEADLINE=560 ...: only build llama.cpp (~285 objects; 138 took ~250 s
 #   at -j12 next to our benchmark) and run llama-bench on the same synthetic weights.
-#   NO_LLAMA=1: skip llama.cpp entirely.
+#   NO_LLAMA=1: skip llama.cpp entirely. QUICK=1: only the three benchmarks and llama.cpp (no activation
+#   accuracy, offload or planner-accuracy stages). WITH_TESTS=1 runs $TESTS (default tests/gpu/test_gpu_engine.py;
+#   pytest arguments) first, while llama.cpp builds.
 # The device tool returns at most 8 files: everything is written under $OUT/r and packed into
 # $OUT/results.tgz at the end; the summary tables are printed last.
 set -uo pipefail
@@ -51,8 +53,9 @@ if [ -n "${LLAMA_ONLY:-}" ]; then stamp "LLAMA_ONLY: waiting for the build"; wai
 
 # ---- correctness on the GPU (optional here; the whole GPU suite runs in its own call)
 if [ -n "${WITH_TESTS:-}" ] && [ -z "${LLAMA_ONLY:-}" ]; then
-  timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_gpu_engine.py > "$OUT/test_gpu_engine.log" 2>&1
-  stamp "gpu engine tests rc=$?"; tail -12 "$OUT/test_gpu_engine.log"
+  timeout ${TEST_TIMEOUT:-200} python3 -m pytest -q -p no:cacheprovider -rf ${TESTS:-tests/gpu/test_gpu_engine.py} \
+    > "$OUT/test_gpu_engine.log" 2>&1
+  stamp "gpu tests rc=$?"; grep -E "passed|failed|FAILED" "$OUT/test_gpu_engine.log" | tail -12
 fi
 
 bench() {  # name, json, timeout, extra args...
@@ -71,10 +74,10 @@ bench bonsai-4b bench_bonsai-4b 90 --gen 256 --runs 3 --baseline-gen 64
 cp "$OUT/bench_bonsai-8b.json" "$OUT/mem_4096.json" 2>/dev/null
 
 # ---- int8 decode activations: accuracy cost against the exact kernels
-if have 70; then timeout 70 python3 scripts/gpu/activation_accuracy.py --model bonsai-8b --steps 64 > "$OUT/activation_accuracy.log" 2>&1; stamp "activation accuracy rc=$?"; tail -1 "$OUT/activation_accuracy.log"; fi
+if [ -z "${QUICK:-}" ] && have 70; then timeout 70 python3 scripts/gpu/activation_accuracy.py --model bonsai-8b --steps 64 > "$OUT/activation_accuracy.log" 2>&1; stamp "activation accuracy rc=$?"; tail -1 "$OUT/activation_accuracy.log"; fi
 
 # ---- planner accuracy at 8K / 32K, then offload under a VRAM cap
-bench bonsai-8b offload_8b_2GiB 70 --gen 64 --runs 1 --baseline none --max-vram 2GiB
+[ -z "${QUICK:-}" ] && bench bonsai-8b offload_8b_2GiB 70 --gen 64 --runs 1 --baseline none --max-vram 2GiB
 # ---- llama.cpp on the same weights (if the build finished in time)
 if [ -n "${BUILD_PID:-}" ]; then
   while kill -0 "$BUILD_PID" 2>/dev/null && have 120; do sleep 5; done
@@ -92,9 +95,11 @@ if [ -n "${BUILD_PID:-}" ]; then
 fi
 
 
-bench bonsai-8b offload_8b_1GiB 70 --gen 64 --runs 1 --baseline none --max-vram 1GiB
-bench bonsai-8b mem_8192 60 --ctx 8192 --gen 32 --runs 1 --baseline none
-bench bonsai-8b mem_32768 60 --ctx 32768 --gen 32 --runs 1 --baseline none
+if [ -z "${QUICK:-}" ]; then
+  bench bonsai-8b offload_8b_1GiB 70 --gen 64 --runs 1 --baseline none --max-vram 1GiB
+  bench bonsai-8b mem_8192 60 --ctx 8192 --gen 32 --runs 1 --baseline none
+  bench bonsai-8b mem_32768 60 --ctx 32768 --gen 32 --runs 1 --baseline none
+fi
 
 if [ -n "${BUILD_PID:-}" ] && kill -0 "$BUILD_PID" 2>/dev/null; then
   stamp "llama.cpp build unfinished ($(tail -1 "$OUT/llama_build.log" 2>/dev/null | cut -c1-60)); stopping it"

@@ -87,6 +87,10 @@ def test_kernels_decode_attention(hq: int, hkv: int, dim: int, length: int, spli
                          min_split_keys=min_keys)
     assert o is out
     assert rel(o, ref.ref_decode_attention(q, kc, vc, length, 0.17)) < 1e-5
+    # the live length as "position + 1" (len_offset): the step passes its position tensor itself
+    o1 = decode_attention(q, kc, vc, torch.tensor([length - 1]), 0.17, num_splits=splits, min_split_keys=min_keys,
+                          len_offset=1)
+    assert torch.equal(o1, o)
 
 
 @pytest.mark.parametrize("splits", [1, 3])
@@ -183,33 +187,3 @@ def test_kernels_sample_deterministic_per_seed() -> None:
     assert run(5) == run(5)
     assert run(5) != run(6)
 
-
-@pytest.mark.parametrize("hq,hkv,dim,splits", [(8, 2, 64, 3), (8, 2, 64, 1), (12, 2, 32, 4)])
-def test_kernels_decode_attention_writes_o_proj_int8_planes(hq: int, hkv: int, dim: int, splits: int) -> None:
-    """``q8_out``: the attention launch writes the int8 planes that ``_quant_x_kernel`` makes of its output (bit
-    for bit), and the o_proj mat-vec given them (``x_int8``) equals the one that quantises x itself. GQA groups of
-    4 and 6 (a group that is not a power of two), one split and the merge."""
-    import triton
-
-    from runtime.kernels import triton_linear as tlin
-    from tests.kernels.test_kernels_linear import make_weight
-
-    length, kw = 37, hq * dim // 16
-    q = torch.randn(hq, dim)
-    kc, vc = torch.randn(hkv, 64, dim), torch.randn(hkv, 64, dim)
-    seq = torch.tensor([length], dtype=torch.int32)
-    planes = torch.full((tlin.Q8_PLANES * kw,), -7, dtype=torch.int32)
-    o = decode_attention(q, kc, vc, seq, 0.17, num_splits=splits, q8_out=planes)
-    assert rel(o, ref.ref_decode_attention(q, kc, vc, length, 0.17)) < 1e-5
-    expect = torch.empty_like(planes)
-    x = o.reshape(1, -1)
-    tlin._quant_x_kernel[(1, triton.cdiv(kw, 16))](x, x.stride(0), x, expect, hq * dim, kw, 1e-6, 0.0, BLOCK_W=16,
-                                                    NORM=False, NORM_QWEN3=True, NORM_BLOCK=16, USE_GDC=False)
-    assert torch.equal(planes, expect)
-    codes, scales = make_weight(24, hq * dim, 64, "t2", seed=5)
-    for cfg in [("q8p", 2, 0, 1, 2), ("q8", 4, 128, 1, 2)]:
-        plain = tlin.ternary_matvec(x, codes, scales, 64, config=cfg)
-        given = tlin.ternary_matvec(x, codes, scales, 64, config=cfg, x_int8=planes)
-        assert torch.equal(plain, given)
-    with pytest.raises(ValueError, match="q8_out"):
-        decode_attention(q, kc, vc, seq, 0.17, q8_out=planes[:10])
