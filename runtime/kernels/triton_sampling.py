@@ -15,10 +15,13 @@ break the one-CUDA-graph-per-step decode loop. Steps, all in a captured-graph-fr
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
+from runtime.kernels import pdl
 from runtime.kernels.pdl import gdc_wait
 from runtime.kernels.reference_ops import (
     N_PARAMS,
@@ -136,6 +139,7 @@ def sample(logits: torch.Tensor, params: torch.Tensor, counts: torch.Tensor, rng
 # H200); here it is one launch, under PDL, computing the same fp32 numbers op for op.
 
 DEC_TEMPERATURE, DEC_REP, DEC_PRESENCE, DEC_FREQUENCY = (tl.constexpr(i) for i in (0, 3, 4, 5))  # params slots
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # read at import, like the other kernel modules
 DECODER_BLOCK = 1024  # vocabulary entries per program (148 programs at V = 151,669)
 
 
@@ -158,7 +162,7 @@ def _f32_rn(a, b, OP: tl.constexpr, USE_ASM: tl.constexpr):
 def _decoder_sample_kernel(logits_ptr, seen_ptr, counts_ptr, params_ptr, out_ptr, pval_ptr, pidx_ptr, cnt_ptr,
                            tok_ptr, pos_ptr, host_ptr, V, BLOCK: tl.constexpr, P_BLOCK: tl.constexpr,
                            GREEDY: tl.constexpr, HOST: tl.constexpr, USE_ASM: tl.constexpr, USE_GDC: tl.constexpr):
-    """Penalties (and, sampling, temperature) over one BLOCK of the vocabulary. GREEDY: each program's
+    """Penalties (and, when sampling, the temperature) over one BLOCK of the vocabulary. GREEDY: each program's
     first maximum goes to (pval, pidx); the last program to arrive picks the first overall maximum (torch's
     argmax rule; NaN counts as +inf), writes it to ``tok``, advances ``pos`` and marks it in ``seen`` and
     ``counts`` — the whole decode-loop bookkeeping — and, with HOST, also to ``host[pos % 2]`` (pinned host memory
@@ -210,8 +214,6 @@ class DecoderSampler:
     CUDA-graph capture; the calls then allocate nothing but the sampling path's output)."""
 
     def __init__(self, vocab_size: int, device: torch.device | str) -> None:
-        from runtime.kernels.triton_linear import INTERPRET
-
         self.vocab_size = vocab_size
         self.device = torch.device(device)
         self.programs = triton.cdiv(vocab_size, DECODER_BLOCK)
@@ -223,8 +225,6 @@ class DecoderSampler:
     def _launch(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, params: torch.Tensor,
                 out: torch.Tensor | None, tok: torch.Tensor | None, pos: torch.Tensor | None,
                 host: torch.Tensor | None = None) -> None:
-        from runtime.kernels import pdl
-
         lg = logits.reshape(-1)
         if lg.numel() < self.vocab_size or seen.dtype != torch.bool or counts.dtype != torch.int32:
             raise ValueError("DecoderSampler: logits [>= V], seen bool [V], counts int32 [V]")
