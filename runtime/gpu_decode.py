@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from runtime.capture_stream import warmup_stream
 from runtime.generation import GenerationSettings
 
 StepFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (tokens[1], positions[1]) -> logits[V]
@@ -186,7 +187,7 @@ class GraphDecoder:
         # Warm-up draws random numbers too; restore the generator afterwards so the first generation
         # (which captures) and later ones with the same seed consume the same Philox offsets.
         rng_state = torch.cuda.get_rng_state(self.device)
-        side = torch.cuda.Stream(self.device)
+        side = warmup_stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):  # warm-up: JIT/autotune/cuBLAS handles, outside the graph
             for _ in range(self.warmup):
@@ -351,6 +352,8 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
     sm_scale = hd ** -0.5
     cache = model.cache
+    # the attention's split merge writes o_proj's int8 input (a launch that replaces the quantisation launch)
+    merge_q8 = hd & (hd - 1) == 0 and hd % 32 == 0 and os.environ.get("TERNARY_ATTN_MERGE_Q8", "1") != "0"
 
     def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         x = embed(tok, dtype)  # [1, H]
@@ -367,9 +370,10 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
             vs = cache.v_scale[i] if cache.v_scale is not None else None
             qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps,
                                           k_scale=ks, v_scale=vs)
+            qa = tlin.quant_x_planes(1, nq, dtype, x.device) if merge_q8 else None
             a = ta.decode_attention(qr[0], kc, vc, pos, sm_scale, k_scale=ks, v_scale=vs,
-                                    len_offset=1)  # keys [0, pos + 1): no separate pos + 1 launch
-            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x)
+                                    len_offset=1, q8_out=qa)  # keys [0, pos + 1): no separate pos + 1 launch
+            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x, x_int8=qa)
             h = tlin.swiglu_matvec(x, gu.codes, gu.scales, gu.group_size, norm_weight=b.post_norm, eps=eps)
             x = tlin.ternary_matvec(h, d.codes, d.scales, d.group_size, residual=x)
             if streamed is not None:

@@ -19,13 +19,14 @@ import triton.language as tl
 
 from runtime.kernels import pdl
 from runtime.kernels.pdl import gdc_wait, prefetch_l2
-from runtime.kernels.triton_linear import INTERPRET, _counter_buffer
+from runtime.kernels.triton_linear import INTERPRET, Q8_PLANES, _counter_buffer, store_quant_words
 
 
 @triton.jit
 def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr):
     """Store the attention output, times ``sigmoid(gate)`` for gated attention (Qwen3.5), rounded as the
-    eager ``o * torch.sigmoid(gate)`` rounds: output, sigmoid and product each to the output dtype."""
+    eager ``o * torch.sigmoid(gate)`` rounds: output, sigmoid and product each to the output dtype. Returns
+    what it stored."""
     odt = o_ptr.dtype.element_ty
     out = out.to(odt)
     if GATED:
@@ -33,6 +34,7 @@ def _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED: tl.constexpr)
         sig = (1.0 / (1.0 + tl.exp(-g))).to(odt)
         out = (out.to(tl.float32) * sig.to(tl.float32)).to(odt)
     tl.store(o_ptr + qh[:, None] * so_h + d[None, :], out, mask=omask)
+    return out
 
 
 @triton.jit
@@ -69,7 +71,7 @@ def _decode_attn_kernel(
     o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
-    PREFETCH_TILES: tl.constexpr, GROUP_P2: tl.constexpr, LEN_OFFSET: tl.constexpr,
+    PREFETCH_TILES: tl.constexpr, GROUP_P2: tl.constexpr, LEN_OFFSET: tl.constexpr, DEFER: tl.constexpr,
 ):
     hk = tl.program_id(0)
     sp = tl.program_id(1)
@@ -118,7 +120,12 @@ def _decode_attn_kernel(
         m_i = m_new
 
     omask = hmask[:, None] & dmask[None, :]
-    if NUM_SPLITS == 1:
+    if DEFER:  # every split's partial (max, sum, acc) for _merge_splits_kernel: no atomic, no merge in this launch
+        pidx = hk * NUM_SPLITS + sp
+        tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
+        tl.store(ml_ptr + pidx * 2 * BLOCK_H + hs, m_i, mask=hmask)
+        tl.store(ml_ptr + pidx * 2 * BLOCK_H + BLOCK_H + hs, l_i, mask=hmask)
+    elif NUM_SPLITS == 1:
         out = acc / l_i[:, None]
         _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
     else:
@@ -159,8 +166,56 @@ def _decode_attn_kernel(
             tl.atomic_xchg(cnt_ptr + hk, 0)
 
 
-def _env_config(default: tuple[int, int, int | None, int]) -> tuple[int, int, int | None, int]:
-    env = os.environ.get("TERNARY_ATTN_CONFIG")  # read once at import: decode_attention runs per layer
+@triton.jit
+def _merge_splits_kernel(
+    part_ptr, ml_ptr, len_ptr, o_ptr, so_h, g_ptr, sg_h, q8_ptr, D, GROUP,
+    NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    MIN_PER: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
+    LEN_OFFSET: tl.constexpr,
+):
+    """One query head per program: merge the split programs' partials (the same arithmetic, in the same order,
+    as the attention's in-launch merge), store the output and its int8 planes for the o_proj
+    (``store_quant_words``: the bits ``_quant_x_kernel`` makes of the stored row).
+
+    Why a launch of its own: the in-launch merge waits for the last split program (an atomic round trip to L2)
+    and then re-reads every partial — two dependent memory trips at the end of the attention, on the step's
+    critical path. Here the attention ends with plain stores, and this launch takes the place of the o_proj's
+    quantisation launch, which the step needs anyway; its programs wait (PDL) while the attention drains."""
+    qh = tl.program_id(0)
+    hk = qh // GROUP
+    r = qh - hk * GROUP
+    gdc_wait(USE_GDC)
+    L = tl.load(len_ptr).to(tl.int32) + LEN_OFFSET
+    per, _, _ = _split_keys(L, 0, NUM_SPLITS, BLOCK_S, MIN_PER)
+    n_active = tl.cdiv(L, per)
+    d = tl.arange(0, BLOCK_D)
+    dmask = d < D
+    one = tl.arange(0, 1)
+    mx = tl.full([1], float("-inf"), tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        ok = (one * 0 + s) < n_active
+        ms = tl.load(ml_ptr + (hk * NUM_SPLITS + s) * 2 * BLOCK_H + r + one, mask=ok, other=float("-inf"))
+        mx = tl.maximum(mx, ms)
+    tot_l = tl.zeros([1], tl.float32)
+    tot = tl.zeros([1, BLOCK_D], tl.float32)
+    for s in tl.static_range(NUM_SPLITS):
+        ok = (one * 0 + s) < n_active
+        base = (hk * NUM_SPLITS + s) * 2 * BLOCK_H + r
+        ms = tl.load(ml_ptr + base + one, mask=ok, other=float("-inf"))
+        ls = tl.load(ml_ptr + base + BLOCK_H + one, mask=ok, other=0.0)
+        a = tl.load(part_ptr + (hk * NUM_SPLITS + s) * BLOCK_H * BLOCK_D + r * BLOCK_D + d[None, :],
+                    mask=ok[:, None] & dmask[None, :], other=0.0)
+        f = tl.exp(ms - mx)
+        tot_l += ls * f
+        tot += a * f[:, None]
+    out = _store_out(tot / tot_l[:, None], o_ptr, so_h, g_ptr, sg_h, qh + one, d, dmask[None, :], GATED)
+    WPH: tl.constexpr = BLOCK_D // 16  # weight words per head (even: one activation scale per word pair)
+    w = qh * WPH + tl.arange(0, WPH)
+    store_quant_words(q8_ptr, tl.num_programs(0) * WPH, w, w >= 0, tl.reshape(out.to(tl.float32), [WPH, 16]), WPH)
+
+
+def _env_config(default: tuple[int, int, int | None, int], var: str) -> tuple[int, int, int | None, int]:
+    env = os.environ.get(var)  # a dict lookup: cheap next to the launch, and a graph captures it once
     if env:
         v = [int(x) for x in env.split(":")]
         return v[0], v[1], v[2] or None, v[3] if len(v) > 3 else default[3]
@@ -170,7 +225,10 @@ def _env_config(default: tuple[int, int, int | None, int]) -> tuple[int, int, in
 MIN_SPLIT_KEYS = int(os.environ.get("TERNARY_ATTN_MIN_SPLIT", "0"))
 # K/V tiles per split program pulled into L2 before the PDL wait (0: none); read once at import
 PREFETCH_TILES = int(os.environ.get("TERNARY_ATTN_PREFETCH", "4"))
-_WIDE_HEAD_CONFIG = _env_config((32, 8, None, MIN_SPLIT_KEYS))
+
+def _merge_warps() -> int:
+    """Warps per program of the split merge (one query head: D values, a few loads each)."""
+    return int(os.environ.get("TERNARY_ATTN_MERGE_WARPS", "1"))
 
 
 def _launch_defaults(dim: int) -> tuple[int, int, int | None, int]:
@@ -181,12 +239,13 @@ def _launch_defaults(dim: int) -> tuple[int, int, int | None, int]:
     warps. Measured on the H200 (27B shape: 24 q / 4 KV heads x 256, 4000 keys, 32 splits,
     ``scripts/gpu/bench_attention.py``): 64 keys x 4 warps 19.6 us, 32 x 4 19.1 us, 32 x 8 15.8 us
     (64 splits: 31-54 us, the merge dominates). ``TERNARY_ATTN_CONFIG=block_s:warps:splits[:min_keys]``
-    overrides it for head sizes above 128 (measurements; splits 0 = the default count);
+    overrides it for head sizes above 128 (measurements; splits 0 = the default count), and
+    ``TERNARY_ATTN_CONFIG_NARROW`` for head sizes up to 128;
     ``TERNARY_ATTN_MIN_SPLIT`` sets the minimum keys per split for every head size.
     """
     if dim <= 128:
-        return 64, 4, None, MIN_SPLIT_KEYS
-    return _WIDE_HEAD_CONFIG
+        return _env_config((64, 4, None, MIN_SPLIT_KEYS), "TERNARY_ATTN_CONFIG_NARROW")
+    return _env_config((32, 8, None, MIN_SPLIT_KEYS), "TERNARY_ATTN_CONFIG")
 
 
 def default_num_splits(kv_heads: int, max_positions: int, block_s: int = 64) -> int:
@@ -202,9 +261,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      out: torch.Tensor | None = None, num_splits: int | None = None,
                      block_s: int | None = None, num_warps: int | None = None,
                      min_split_keys: int | None = None, gate: torch.Tensor | None = None,
-                     len_offset: int = 0) -> torch.Tensor:
+                     len_offset: int = 0, q8_out: torch.Tensor | None = None) -> torch.Tensor:
     """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0] + len_offset)``
     (``len_offset=1`` with the step's position tensor itself saves the step a ``pos + 1`` launch).
+
+    ``q8_out`` (int32 ``[Q8_PLANES * Hq * D / 16]``, from ``triton_linear.quant_x_planes``): the splits' partials
+    are merged by a second launch (``_merge_splits_kernel``) that also writes the output's int8 planes there, for
+    the o_proj mat-vec's ``x_int8`` — it replaces that mat-vec's quantisation launch, and the attention launch
+    no longer ends with an atomic and a re-read of the partials. Needs a power-of-two head size of at least 32.
 
     ``min_split_keys``: each split program takes at least this many keys (rounded up to whole
     tiles), so short contexts use fewer of the ``num_splits`` programs. ``gate [Hq, D]`` (any head
@@ -231,7 +295,16 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError("the attention gate must be [Hq, D] with a contiguous last dimension")
     if out is None:
         out = torch.empty(hq, dim, dtype=q.dtype, device=q.device)
-    if splits > 1:
+    defer = q8_out is not None
+    if defer and (block_d != dim or dim % 32 or out.stride() != (dim, 1) or q8_out.dtype != torch.int32
+                  or q8_out.numel() < Q8_PLANES * hq * dim // 16):
+        raise ValueError("q8_out needs a power-of-two head size >= 32, a contiguous output and an int32 buffer "
+                         "of Q8_PLANES * Hq * D / 16")
+    if defer:
+        part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
+        ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
+        cnt = out
+    elif splits > 1:
         part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
         ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
         cnt = _counter_buffer(q.device, hkv, owner="attention")
@@ -245,7 +318,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         gate.stride(0) if gate is not None else 0, part, ml, cnt, float(sm_scale), dim, group,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
         IEEE=q.dtype == torch.float32, GATED=gate is not None, PREFETCH_TILES=PREFETCH_TILES,
-        GROUP_P2=triton.next_power_of_2(group), LEN_OFFSET=int(len_offset), num_warps=num_warps,
+        GROUP_P2=triton.next_power_of_2(group), LEN_OFFSET=int(len_offset), DEFER=defer, num_warps=num_warps,
         **pdl.launch_options(q.device),
     )
+    if defer:
+        _merge_splits_kernel[(hq,)](
+            part, ml, seq_len, out, out.stride(0), gate if gate is not None else out,
+            gate.stride(0) if gate is not None else 0, q8_out, dim, group,
+            NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per,
+            GATED=gate is not None, LEN_OFFSET=int(len_offset),
+            num_warps=_merge_warps(), **pdl.launch_options(q.device))
     return out

@@ -394,8 +394,15 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
     if NORM:  # every program reduces the whole (small, L2-resident) row: no second launch
         inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
     xf = _norm_x(xv, nw, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
-    packed, scale, qsum = _quant_words(xf, BLOCK_W)
-    wm = w < KW
+    store_quant_words(q_row, KW, w, w < KW, xf, BLOCK_W)
+
+
+@triton.jit
+def store_quant_words(q_row, KW, w, wm, xf, WIDTH: tl.constexpr):
+    """Quantise ``xf [WIDTH, 16]`` (fp32, words ``w`` of an x row, starting at an even word) and store the planes
+    ``_quant_x_kernel`` writes, where ``wm``. Shared with kernels that produce a mat-vec's input and quantise it
+    themselves (decode attention for o_proj), so both give the same bits."""
+    packed, scale, qsum = _quant_words(xf, WIDTH)
     tl.store(q_row + 5 * KW + w, qsum, mask=wm)
     tl.store(q_row + 6 * KW + w, (qsum.to(tl.float32) + 12582912.0).to(tl.int32, bitcast=True), mask=wm)
     tl.store(q_row + 4 * KW + w, scale.to(tl.int32, bitcast=True), mask=wm)
@@ -1400,7 +1407,7 @@ def _splitk_buffers(sk: int, m: int, n: int, dual: bool, tiles: int, y2: torch.T
     return part, _counter_buffer(y2.device, tiles)
 
 
-def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
+def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg, qx=None):
     kind, bn, bk, sk, warps = cfg
     m = x2.shape[0]
     kw = k // 16
@@ -1408,6 +1415,9 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
     norm = dict(NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, NORM_BLOCK=min(4096, triton.next_power_of_2(k)))
     if kind == "q8px":  # the mat-vec quantises x itself: no buffer, no launch
         qx = y2
+    elif qx is not None and nw is None:  # x's producer wrote its int8 planes already (quant_x_planes)
+        if qx.dtype != torch.int32 or qx.numel() < m * Q8_PLANES * kw:
+            raise ValueError(f"pre-quantised x must be int32 [{m}, {Q8_PLANES} * K/16]")
     else:
         qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
         qw = min(64, triton.next_power_of_2(kw))  # >= _ACT_WORDS (kw is): whole activation blocks
@@ -1487,7 +1497,7 @@ def _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
     )
 
 
-def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=0):
+def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=0, qx=None):
     if cfg[0] == "q3":
         if encoding != T3:
             raise ValueError("the q3 int8-activation mat-vec handles t3 weights")
@@ -1504,7 +1514,7 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         if g < INT8_ACT_BLOCK:
             raise ValueError(f"the int8-activation mat-vec needs scale groups of at least {INT8_ACT_BLOCK} (one "
                              f"activation scale per {INT8_ACT_BLOCK} values must lie inside one weight group)")
-        return _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
+        return _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg, qx=qx)
     if cfg[0] in ("xp", "x3"):
         if encoding != T2:
             raise ValueError("the prepared-x mat-vec handles t2 weights")
@@ -1621,7 +1631,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
 
 
 def _gemv(x, codes, scales, group_size, encoding, *, out=None, residual=None, norm_weight=None,
-          eps=1e-6, norm_offset=0.0, up_codes=None, up_scales=None, config=None) -> torch.Tensor:
+          eps=1e-6, norm_offset=0.0, up_codes=None, up_scales=None, config=None, x_int8=None) -> torch.Tensor:
     dual = up_codes is not None
     n, k = _check(x, codes, scales, group_size, encoding)
     if dual:
@@ -1637,16 +1647,28 @@ def _gemv(x, codes, scales, group_size, encoding, *, out=None, residual=None, no
     cfg = config or _gemv_config(x2, nw, codes, scales, up_codes, up_scales, r2, n, k, group_size, encoding,
                                  eps, norm_offset, dual)
     _gemv_launch(x2, nw, codes, scales, up_codes, up_scales, r2, y2, n, k, group_size, encoding, eps,
-                 norm_offset, dual, cfg)
+                 norm_offset, dual, cfg, qx=x_int8)
     return out if out is not None else y2.view(*lead, n)
 
 
 def ternary_matvec(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
                    encoding: str = T2, *, out: torch.Tensor | None = None,
-                   residual: torch.Tensor | None = None, config: tuple | None = None) -> torch.Tensor:
+                   residual: torch.Tensor | None = None, config: tuple | None = None,
+                   x_int8: torch.Tensor | None = None) -> torch.Tensor:
     """``y = x @ W^T (+ residual)`` for ``x [..., K]`` with at most 8 rows (decode). fp32 accumulate;
-    output in x's dtype. ``out`` may alias ``residual`` (in-place residual stream update)."""
-    return _gemv(x, codes, scales, group_size, encoding, out=out, residual=residual, config=config)
+    output in x's dtype. ``out`` may alias ``residual`` (in-place residual stream update). ``x_int8``:
+    x's int8 planes (:func:`quant_x_planes`) already written by x's producer in this step; an int8-activation
+    kernel then skips its quantisation launch (the others read x itself)."""
+    return _gemv(x, codes, scales, group_size, encoding, out=out, residual=residual, config=config, x_int8=x_int8)
+
+
+def quant_x_planes(m: int, k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """A buffer for the int8 planes (what ``_quant_x_kernel`` writes) of an x ``[m, k]`` of ``dtype`` when decode
+    mat-vecs on it may take int8 activations (16-bit x, k a multiple of the activation block), else None: for
+    producers that quantise their own output (``triton_attention.decode_attention``'s ``q8_out``)."""
+    if _decode_activations != "int8" or dtype == torch.float32 or k % INT8_ACT_BLOCK:
+        return None
+    return torch.empty(m, Q8_PLANES * (k // 16), dtype=torch.int32, device=device)
 
 
 def fused_rmsnorm_matvec(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, codes: torch.Tensor,

@@ -342,3 +342,45 @@ def test_gpu_cuda_graph_decode_kernels() -> None:
     assert int(pos) == 5 and int(seq) == 6 and int(counts.sum()) == 5
     # the cache rows 0..4 were written by five replays with the same k (x is constant)
     assert torch.equal(kc[:, 0], kc[:, 4]) and not torch.equal(kc[:, 4], kc[:, 5])
+
+
+@pytest.mark.parametrize("hq,hkv,dim,length,int8,gated", [(32, 8, 128, 1, False, False), (32, 8, 128, 640, False, False),
+                                                          (32, 8, 128, 4000, True, False), (24, 4, 256, 700, False, True),
+                                                          (24, 4, 256, 4000, False, True)])
+def test_gpu_decode_attention_merge_launch_writes_o_proj_planes(hq: int, hkv: int, dim: int, length: int,
+                                                                int8: bool, gated: bool) -> None:
+    """The 8B's and the 27B's decode attention with the split merge in its own launch (``q8_out``, the fused steps'
+    default): the output equals the in-launch merge's bit for bit (same arithmetic, same order), the planes equal
+    ``_quant_x_kernel``'s of that output, and the o_proj mat-vec given them equals the one that quantises —
+    at one key, a short and a long live length, an int8 cache, the gated output; under PDL when the GPU has it."""
+    import triton
+
+    from tests.kernels.test_kernels_linear import make_weight
+
+    dtype, positions = torch.bfloat16, 4096
+    q = torch.randn(hq, dim, device=DEV, dtype=dtype)
+    kw = dict(k_scale=None, v_scale=None)
+    if int8:
+        kc = torch.randint(-127, 128, (hkv, positions, dim), device=DEV, dtype=torch.int8)
+        vc = torch.randint(-127, 128, (hkv, positions, dim), device=DEV, dtype=torch.int8)
+        kw = dict(k_scale=torch.rand(hkv, positions, device=DEV) / 127, v_scale=torch.rand(hkv, positions, device=DEV) / 127)
+    else:
+        kc = torch.randn(hkv, positions, dim, device=DEV, dtype=dtype)
+        vc = torch.randn(hkv, positions, dim, device=DEV, dtype=dtype)
+    gate = torch.randn(hq, 2 * dim, device=DEV, dtype=dtype)[:, dim:] if gated else None
+    pos = torch.tensor([length - 1], device=DEV)
+    planes = torch.full((tlin.Q8_PLANES * hq * dim // 16,), -7, dtype=torch.int32, device=DEV)
+    o = decode_attention(q, kc, vc, pos, dim ** -0.5, gate=gate, len_offset=1, q8_out=planes, **kw)
+    assert torch.equal(o, decode_attention(q, kc, vc, pos, dim ** -0.5, gate=gate, len_offset=1, **kw))
+    x = o.reshape(1, -1)
+    k = hq * dim
+    expect = torch.empty_like(planes)
+    tlin._quant_x_kernel[(1, triton.cdiv(k // 16, 64))](x, x.stride(0), x, expect, k, k // 16, 1e-6, 0.0,
+                                                         BLOCK_W=64, NORM=False, NORM_QWEN3=True, NORM_BLOCK=4096,
+                                                         USE_GDC=False)
+    assert torch.equal(planes, expect)
+    codes, scales = make_weight(512, k, 128, "t2", seed=3)
+    codes, scales = codes.to(DEV), scales.to(DEV)
+    for cfg in [("q8p", 2, 0, 16, 1), ("q8", 4, 4096, 1, 2)]:
+        plain = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
+        assert torch.equal(tlin.ternary_matvec(x, codes, scales, 128, config=cfg, x_int8=planes), plain)

@@ -36,3 +36,39 @@ def test_fused_qwen3_step_equals_forward(tiny, monkeypatch) -> None:
             assert float((got - want).norm() / want.norm()) < 1e-4, i
         torch.testing.assert_close(a.cache.k[:, :, :3], b.cache.k[:, :, :3], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(a.cache.v[:, :, :3], b.cache.v[:, :, :3], atol=1e-5, rtol=1e-5)
+
+
+def test_fused_step_with_the_merge_writing_o_proj_int8_input(tiny, monkeypatch) -> None:
+    """fp16 with int8 decode activations: the step whose attention merge writes the o_proj's int8 planes
+    (TERNARY_ATTN_MERGE_Q8, the default) gives the same logits, bit for bit, as the step with the in-launch merge
+    and a quantisation launch; it actually takes that path (a buffer is handed to the attention)."""
+    from runtime.kernels import triton_attention as ta
+    from runtime.kernels import triton_linear as tlin
+
+    handed = []
+    real = ta.decode_attention
+
+    def spy(*args, **kw):
+        handed.append(kw.get("q8_out") is not None)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ta, "decode_attention", spy)
+    # the interpreter's default mat-vec config is an exact kernel: take the persistent int8 one, as on the GPU
+    monkeypatch.setattr(tlin, "_gemv_config", lambda *a: ("q8p", 2, 0, 1, 2))
+    old = tlin.decode_activations()
+    tlin.set_decode_activations("int8")
+    try:
+        logits = {}
+        for flag in ("0", "1"):
+            monkeypatch.setenv("TERNARY_ATTN_MERGE_Q8", flag)
+            with mf.row_layout(monkeypatch, qwen3):
+                m = Qwen3Model.from_model_data(tiny, "cpu", dtype=torch.float16, max_positions=16, backend="triton")
+            with torch.inference_mode():
+                step = fused_qwen3_step(m)
+                assert step is not None
+                logits[flag] = [step(torch.tensor([tok]), torch.tensor([i])) for i, tok in enumerate([7, 250, 3])]
+    finally:
+        tlin.set_decode_activations(old)
+    assert handed == [False] * 3 + [True] * 3
+    for a, b in zip(logits["0"], logits["1"], strict=True):
+        assert torch.isfinite(a).all() and torch.equal(a, b)

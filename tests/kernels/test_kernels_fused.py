@@ -187,3 +187,43 @@ def test_kernels_sample_deterministic_per_seed() -> None:
     assert run(5) == run(5)
     assert run(5) != run(6)
 
+
+
+@pytest.mark.parametrize("hq,hkv,dim,splits,gated", [(8, 2, 64, 3, False), (8, 2, 64, 1, False),
+                                                     (12, 2, 32, 4, False), (8, 2, 32, 3, True)])
+def test_kernels_decode_attention_merge_writes_o_proj_int8_planes(hq: int, hkv: int, dim: int, splits: int,
+                                                                  gated: bool) -> None:
+    """``q8_out``: the splits are merged by a second launch that also writes the int8 planes ``_quant_x_kernel``
+    makes of the output (bit for bit); the output equals the in-launch merge's, and the o_proj mat-vec given the
+    planes (``x_int8``) equals the one that quantises x itself. GQA groups of 4 and 6 (not a power of two), one
+    split, several, the live length as position + 1, and the gated (Qwen3.5) output."""
+    import triton
+
+    from runtime.kernels import triton_linear as tlin
+    from tests.kernels.test_kernels_linear import make_weight
+
+    length, kw = 37, hq * dim // 16
+    q = torch.randn(hq, dim, dtype=torch.float16)
+    kc, vc = torch.randn(hkv, 64, dim, dtype=torch.float16), torch.randn(hkv, 64, dim, dtype=torch.float16)
+    gate = torch.randn(hq, dim, dtype=torch.float16) if gated else None
+    pos = torch.tensor([length - 1])
+    planes = torch.full((tlin.Q8_PLANES * kw,), -7, dtype=torch.int32)
+    o = decode_attention(q, kc, vc, pos, 0.17, num_splits=splits, q8_out=planes, gate=gate, len_offset=1)
+    inlaunch = decode_attention(q, kc, vc, pos, 0.17, num_splits=splits, gate=gate, len_offset=1)
+    assert torch.equal(o, inlaunch)
+    e = ref.ref_decode_attention(q.float(), kc.float(), vc.float(), length, 0.17)
+    if gated:
+        e = e * torch.sigmoid(gate.float())
+    assert rel(o.float(), e) < 2e-3
+    expect = torch.empty_like(planes)
+    x = o.reshape(1, -1)
+    tlin._quant_x_kernel[(1, triton.cdiv(kw, 16))](x, x.stride(0), x, expect, hq * dim, kw, 1e-6, 0.0, BLOCK_W=16,
+                                                    NORM=False, NORM_QWEN3=True, NORM_BLOCK=16, USE_GDC=False)
+    assert torch.equal(planes, expect)
+    codes, scales = make_weight(24, hq * dim, 64, "t2", seed=5)
+    for cfg in [("q8p", 2, 0, 1, 2), ("q8", 4, 128, 1, 2)]:
+        plain = tlin.ternary_matvec(x, codes, scales, 64, config=cfg)
+        given = tlin.ternary_matvec(x, codes, scales, 64, config=cfg, x_int8=planes)
+        assert torch.equal(plain, given)
+    with pytest.raises(ValueError, match="q8_out"):
+        decode_attention(q, kc, vc, pos, 0.17, q8_out=planes[:10], len_offset=1)
