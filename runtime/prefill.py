@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 
+from runtime.capture_stream import warmup_stream
+
 MIN_BUCKET = 16
 MAX_BUCKET = 512  # the engine's PREFILL_CHUNK; activation memory of the largest graph scales with it
 PAD_TOKEN = 0
@@ -316,7 +318,7 @@ class GraphPrefill:
         result: the capture itself executes nothing."""
         dev = self.device
         main = torch.cuda.current_stream(dev)
-        side = torch.cuda.Stream(dev)
+        side = warmup_stream(dev)
         side.wait_stream(main)
         with torch.cuda.stream(side):
             for _ in range(max(1, self.warmup)):
