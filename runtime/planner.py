@@ -734,8 +734,7 @@ def plan_memory(
                 f"Their packed matrices ({format_bytes(mbytes)}) stay in pinned host memory and the GPU reads them in place "
                 f"every token (zero-copy, no staging slots, so that VRAM goes to layers and context): "
                 f"~{layer_s * 1e3:.1f} ms/token at {costs.mapped_rate / 1e9:.0f} GB/s{versus} ({how} speeds). "
-                "The same GPU kernels run as for a resident layer, so the output matches the full-GPU run and "
-                "decoding stays one CUDA graph.")
+                "Decoding runs the same GPU kernels as for a resident layer and stays one CUDA graph.")
         else:
             reasons.append(
                 f"They are computed on the CPU: ~{layer_s * 1e3:.1f} ms/token at {costs.cpu_bytes_per_s / 1e9:.1f} GB/s"
