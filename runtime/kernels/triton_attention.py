@@ -300,14 +300,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                   or q8_out.numel() < Q8_PLANES * hq * dim // 16):
         raise ValueError("q8_out needs a power-of-two head size >= 32, a contiguous output and an int32 buffer "
                          "of Q8_PLANES * Hq * D / 16")
-    if defer:
+    if defer or splits > 1:  # the splits' partials (max, sum, acc), merged in this launch or by the merge launch
         part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
         ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
-        cnt = out
-    elif splits > 1:
-        part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
-        ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
-        cnt = _counter_buffer(q.device, hkv, owner="attention")
+        cnt = out if defer else _counter_buffer(q.device, hkv, owner="attention")  # no arrival counter when deferred
     else:
         part = ml = cnt = out
     ks = k_scale if int8 else k_cache
