@@ -1393,6 +1393,16 @@ def is_mapped(t: torch.Tensor) -> bool:
     return not INTERPRET and t.device.type != "cuda"
 
 
+def _device_copies(device: torch.device, *tensors: torch.Tensor | None) -> list[torch.Tensor | None] | None:
+    """Device copies of the mapped ones among ``tensors`` (others as given), for tuning only: a
+    launch config is timed once per shape, so the copy lives for a few milliseconds. ``None`` when
+    the device has no room for it (e.g. a mapped LM head larger than what the plan keeps free)."""
+    try:
+        return [t.to(device) if t is not None and is_mapped(t) else t for t in tensors]
+    except torch.cuda.OutOfMemoryError:
+        return None
+
+
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     x2 = x.reshape(-1, x.shape[-1])
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
@@ -1609,12 +1619,16 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8 or c in _QUICK_Q3] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
-    # Not measured: inside a capture (impossible), or for a mapped weight (pinned host memory read over
-    # the bus): timing it would time PCIe, and a config picked for the bus could round differently from
-    # the one this matrix gets when resident. The first candidate is used and not remembered, so a
-    # resident matrix of the same shape still tunes (and a later mapped call then follows it).
-    if is_mapped(w) or torch.cuda.is_current_stream_capturing():
+    # Not measured inside a capture (impossible): the first candidate is used and not remembered.
+    if torch.cuda.is_current_stream_capturing():
         return cands[0]
+    # A mapped weight (pinned host memory read over the bus) is timed on a device copy: timing it in
+    # place would time PCIe, and a config picked for the bus could round differently from the one the
+    # same shape gets when resident, so the output would depend on the VRAM cap.
+    copies = _device_copies(x2.device, w, s, w2, s2)
+    if copies is None:  # no room to time it: the first candidate, not remembered (a resident twin still tunes)
+        return cands[0]
+    w, s, w2, s2 = copies
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     best, best_t = cands[0], float("inf")
     for cfg in cands:
@@ -1626,6 +1640,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
             continue
         if t < best_t:
             best, best_t = cfg, t
+    if best_t == float("inf"):  # nothing could be timed (e.g. no room for the L2-flush buffer): not remembered
+        return best
     _remember(key, best)
     return best
 
@@ -1760,8 +1776,12 @@ def _prefill_choice(x2, codes, scales, group_size, encoding, y2, r2) -> tuple:
     choice = _tuned.get(key)
     if choice is not None:
         return (choice[0], tuple(choice[1]) if choice[1] else None)
-    if is_mapped(codes):  # not timed over the bus (see _gemv_config); dequantize reads each byte once
+    # not timed inside a capture (a graph's eager warm-up has tuned it), nor a mapped matrix without
+    # room for a device copy (see _gemv_config); dequantize then reads each byte once; not remembered
+    copies = None if torch.cuda.is_current_stream_capturing() else _device_copies(x2.device, codes, scales)
+    if copies is None:
         return ("dequant", None)
+    codes, scales = copies
     y = torch.empty_like(y2)
     best, best_t = ("dequant", None), _bench(lambda: _dequant_matmul(x2, codes, scales, group_size, encoding, y, None))
     for cfg in _MM_CANDIDATES:

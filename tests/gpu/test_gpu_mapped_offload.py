@@ -1,7 +1,7 @@
 """Mapped offload on CUDA: layers and the LM head whose packed matrices live in pinned host memory and
 are read in place by the same Triton kernels. Through the engine (graph prefill, fused step, CUDA-graph
-decode) the greedy tokens equal the full-GPU load's, VRAM drops by the mapped bytes, and no launch
-config is ever timed over the bus."""
+decode) the greedy tokens equal the full-GPU load's, VRAM drops by the mapped bytes, and launch
+configs are timed on device copies, never over the bus, so a mapped matrix runs what a resident one would."""
 
 from __future__ import annotations
 
@@ -87,13 +87,15 @@ def _run(data, monkeypatch, mapped: bool, ctx: int = 256) -> dict:
     runs = []
     for _ in range(2):
         eng.reset()
-        runs.append(list(eng.generate(PROMPT, s))[-1].stats.token_ids)
+        stats = list(eng.generate(PROMPT, s))[-1].stats
+        runs.append(stats.token_ids)
+    out["prompt_tokens"] = stats.prompt_tokens
     assert runs[0] == runs[1]
     out["tokens"] = runs[0]
     assert eng._decoder.use_graph and eng._decoder.graph_replays > 0, eng._decoder.fallback_reason
     if getattr(model.config, "arch", "") == "qwen3":
         assert graph_unsupported_reason(model) is None
-        runner = graph_prefill_runner(model)
+        runner = graph_prefill_runner(model, eng._prefill_chunk())  # the engine's own runner
         assert runner.use_graph and runner.captures >= 1 and runner.fallback_reason is None
     torch.cuda.synchronize(DEV)
     out["peak"] = torch.cuda.max_memory_allocated(DEV) - base
@@ -133,7 +135,26 @@ def test_mapped_hybrid_engine_gives_the_full_gpu_tokens_with_less_vram(monkeypat
     _compare(data, monkeypatch)
 
 
-def test_mapped_matvec_is_not_tuned_over_the_bus_and_rounds_like_resident(monkeypatch):
+def test_mapped_first_with_nothing_tuned_then_resident_chooses_nothing_new(monkeypatch):
+    """What a capped run in a fresh process does: no launch table, a prompt of several chunks. The
+    mapped run tunes every shape it meets (on device copies) and the resident run after it finds
+    nothing left to choose, so the two run the very same configs and give the very same tokens."""
+    import runtime.engine as engine_mod
+
+    _, data = build_tiny(seed=9, group_size=128, num_hidden_layers=3, intermediate_size=1536)
+    monkeypatch.setattr(engine_mod, "PREFILL_CHUNK", 16)  # PROMPT spans several prefill chunks
+    monkeypatch.setattr(tlin, "_tuned", {})
+    monkeypatch.setattr(tlin, "_user_tuned_file", lambda: None)
+    mapped = _run(data, monkeypatch, mapped=True)
+    after_mapped = dict(tlin._tuned)
+    assert any(k.startswith("prefill|") for k in after_mapped) and any(k.startswith("gemv|") for k in after_mapped)
+    resident = _run(data, monkeypatch, mapped=False)
+    assert tlin._tuned == after_mapped  # no shape the resident run met was left for it to choose
+    assert mapped["tokens"] == resident["tokens"]
+    assert mapped["prompt_tokens"] > 2 * 16
+
+
+def test_mapped_matrices_are_tuned_on_a_device_copy_and_round_like_resident(monkeypatch):
     t = random_ternary("mapped-probe", (384, 640), seed=11)  # a shape nothing else in the suite uses
     resident = tlin.TritonLinear(t, DEV)
     mapped = tlin.TritonLinear(t, DEV)
@@ -142,23 +163,44 @@ def test_mapped_matvec_is_not_tuned_over_the_bus_and_rounds_like_resident(monkey
     assert moved == t.nbytes and mapped.codes.is_pinned() and tlin.is_mapped(mapped.codes)
     assert before - torch.cuda.memory_allocated(DEV) >= moved  # the GPU copies are gone
 
-    def no_timing(*_a, **_k):
-        raise AssertionError("a mapped weight was benchmarked")
+    timed_on: list[str] = []  # device type of every weight a timed launch read
+    timing = [False]
+    real_bench, real_gemv, real_mm, real_dq = tlin._bench, tlin._gemv_launch, tlin._mm_launch, tlin._dequant_matmul
 
-    monkeypatch.setattr(tlin, "_bench", no_timing)
-    monkeypatch.setattr(tlin, "_remember", no_timing)
-    tuned = dict(tlin._tuned)
+    def bench(fn):
+        timing[0] = True
+        try:
+            return real_bench(fn)
+        finally:
+            timing[0] = False
+
+    def spy(real):
+        def launch(x2, a, b, *rest, **kw):
+            if timing[0]:  # _gemv_launch(x2, nw, w, ...) / _mm_launch, _dequant_matmul(x2, codes, ...)
+                w = b if real is real_gemv else a
+                timed_on.append(w.device.type)
+            return real(x2, a, b, *rest, **kw)
+        return launch
+
+    monkeypatch.setattr(tlin, "_bench", bench)
+    monkeypatch.setattr(tlin, "_gemv_launch", spy(real_gemv))
+    monkeypatch.setattr(tlin, "_mm_launch", spy(real_mm))
+    monkeypatch.setattr(tlin, "_dequant_matmul", spy(real_dq))
+    monkeypatch.setattr(tlin, "_user_tuned_file", lambda: None)
+    for key in [k for k in tlin._tuned if "|384|640|" in k]:
+        monkeypatch.delitem(tlin._tuned, key)
     x = torch.randn(1, 640, device=DEV, dtype=torch.bfloat16)
-    y = mapped(x)  # decode mat-vec: the first candidate config, not measured, not remembered
+    y = mapped(x)  # decode mat-vec: tuned on a device copy of the mapped matrix, then run in place
     xs = torch.randn(64, 640, device=DEV, dtype=torch.bfloat16)
-    ys = mapped(xs)  # prefill: dequantize (each weight byte crosses the bus once) + cuBLAS
-    assert tlin._tuned == tuned
-    cfg = tlin._gemv_config(x, None, mapped.codes, mapped.scales, None, None, None, 384, 640, t.group_size,
-                            t.encoding, 1e-6, 0.0, False)
-    want = tlin.ternary_matvec(x, resident.codes, resident.scales, t.group_size, t.encoding, config=cfg)
-    assert torch.equal(y, want)  # the same config on device memory: bit for bit
-    assert torch.equal(ys, tlin.ternary_matmul(xs, resident.codes, resident.scales, t.group_size, t.encoding,
-                                               prefill_path="dequant"))
+    ys = mapped(xs)  # prefill: the same, for the choice between the Triton GEMM and dequantize + cuBLAS
+    assert timed_on and set(timed_on) == {"cuda"}  # timed, and never over the bus
+    keys = [k for k in tlin._tuned if "|384|640|" in k]
+    assert any(k.startswith("gemv|") for k in keys) and any(k.startswith("prefill|") for k in keys)
+    n_timed = len(timed_on)
+    # the resident matrix of the same shape follows the remembered choices: bit for bit, nothing re-timed
+    assert torch.equal(y, resident(x))
+    assert torch.equal(ys, resident(xs))
+    assert len(timed_on) == n_timed
     # and inside a CUDA graph (what decode replays)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
@@ -166,8 +208,7 @@ def test_mapped_matvec_is_not_tuned_over_the_bus_and_rounds_like_resident(monkey
     x.copy_(torch.randn_like(x))
     g.replay()
     torch.cuda.synchronize(DEV)
-    assert torch.equal(yg, tlin.ternary_matvec(x, resident.codes, resident.scales, t.group_size, t.encoding,
-                                               config=cfg))
+    assert torch.equal(yg, resident(x))
 
 
 def test_measured_costs_include_the_mapped_read_bandwidth():

@@ -44,8 +44,8 @@ def test_mapped_needs_no_staging_so_more_stays_on_the_gpu():
     assert stream.predicted.offload_staging >= 2 * layer and mapped.predicted.offload_staging == 0
     assert mapped.layers_on_gpu > stream.layers_on_gpu  # the two staging slots' VRAM holds layers instead
     # a tighter card: both offload every layer, and the slots' VRAM becomes context and a full prompt chunk
-    stream = plan_memory(B8, int(1.5 * GiB), device="hypothetical", offload_mode="stream")
-    mapped = plan_memory(B8, int(1.5 * GiB), device="hypothetical", offload_mode="mapped")
+    stream = plan_memory(B8, 1 * GiB, device="hypothetical", offload_mode="stream")
+    mapped = plan_memory(B8, 1 * GiB, device="hypothetical", offload_mode="mapped")
     assert stream.layers_on_cpu == mapped.layers_on_cpu == 36
     assert mapped.context_length > stream.context_length
     assert mapped.prefill_chunk == 512 > stream.prefill_chunk  # the full-GPU run's chunk: same prefill rounding
@@ -103,7 +103,7 @@ def test_reasons_and_json_say_mapped():
     assert "mapped: computed on the GPU" in p.describe()
     streamed = plan_memory(B8, 2 * GiB, device="hypothetical")
     assert streamed.to_dict()["lm_head_mapped"] is False
-    assert any("reading 28 layers in place" in r for r in streamed.reasons)  # mapped needed fewer layers
+    assert any("reading 27 layers in place" in r for r in streamed.reasons)  # mapped needed fewer layers
 
 
 def test_forcing_and_refusing_mapped():
@@ -207,3 +207,20 @@ def test_forcing_mapped_on_a_dense_model_explains_instead_of_crashing():
     with pytest.raises(OutOfMemoryError, match="does not fit"):
         plan_memory(md, 1 << 20, offload_mode="mapped", ctx_cap=256, min_margin_bytes=0, margin_fraction=0.0,
                     cuda_context_bytes=0, prefill_chunk=16)
+
+
+def test_half_the_8b_keeps_the_full_gpu_prompt_chunk_and_room_to_tune_mapped_matrices():
+    """#3's offload target: ``--max-vram`` at half the 8B's packed weights on a large card, 1K context.
+    The plan maps everything, prefills in the uncapped run's 512-token chunks (a smaller chunk would
+    round the prompt differently and change the answer) and keeps room for timing one mapped matrix
+    on a device copy, so mapped matrices get the launch configs resident ones get."""
+    sizes = ModelSizes.from_config(B8)
+    full = plan_memory(sizes, 140 * GiB, ctx_cap=1024)
+    half = plan_memory(sizes, 140 * GiB, max_vram=sizes.total_bytes // 2, ctx_cap=1024)
+    assert full.offload_mode == "none" and half.offload_mode == "mapped" and half.layers_on_cpu == 36
+    assert half.context_length == 1024 and half.prefill_chunk == full.prefill_chunk == 512
+    assert half.predicted.tuning_copy == sizes.largest_matrix_bytes == 12288 * 4096 // 4 + 12288 * 4096 // 128 * 2
+    assert full.predicted.tuning_copy == 0
+    assert not any("chunks of" in r for r in half.reasons)
+    assert any("timed on a device copy" in r for r in half.reasons)
+    assert "tuning copy" in half.describe() and "tuning copy" not in full.describe()

@@ -83,7 +83,9 @@ def test_plan_invariants(name, budget):
     br = p.predicted
     assert p.context_length % CTX_ALIGN == 0 and CTX_ALIGN <= p.context_length <= cfg.max_position_embeddings
     assert sorted(p.gpu_layers + p.cpu_layers) == list(range(cfg.num_layers))
-    assert br.total == br.weights + br.kv_cache + br.recurrent_state + br.workspace + br.offload_staging + br.cuda_context
+    assert br.total == (br.weights + br.kv_cache + br.recurrent_state + br.workspace + br.offload_staging
+                        + br.tuning_copy + br.cuda_context)
+    assert br.tuning_copy == (ModelSizes.from_config(cfg).largest_matrix_bytes if p.offload_mode == "mapped" else 0)
     assert br.cuda_context == DEFAULT_CUDA_CONTEXT_BYTES
     assert br.total <= budget  # never plans past the card
     assert br.kv_cache == p.context_length * kv_bytes_per_token(cfg)
@@ -242,17 +244,17 @@ def test_plan_sizes_from_a_file_header(tmp_path, capsys):
 def test_prompt_chunk_shrinks_only_when_the_context_needs_it(monkeypatch):
     """A smaller prefill chunk changes the prefill's rounding, so the output would depend on the VRAM
     cap: the planner keeps the default 512 whenever a plan reaches the context with it (2 GiB: layers
-    are streamed, chunk unchanged) and shrinks it only when that gains context (1 GiB)."""
+    are streamed, chunk unchanged) and shrinks it only when that gains context (0.92 GiB)."""
     import runtime.planner as planner_mod
 
     cfg = SYNTHETIC_CONFIGS["bonsai-8b"]
     fast_bus = OffloadCosts(h2d_bytes_per_s=50e9, cpu_bytes_per_s=1e9, hop_s=1e-4)
     streamed = plan_memory(cfg, 2 * GiB, offload_costs=fast_bus)
     assert streamed.cpu_layers and streamed.prefill_chunk == 512
-    tight = plan_memory(cfg, 1 * GiB, offload_costs=fast_bus)
+    tight = plan_memory(cfg, int(0.92 * GiB), offload_costs=fast_bus)
     assert tight.prefill_chunk < 512 and any("chunks of" in r for r in tight.reasons)
     assert tight.predicted.workspace == planner_mod.workspace_bytes(
         cfg, tight.prefill_chunk, ModelSizes.from_config(cfg).largest_matrix_elems)
     monkeypatch.setattr(planner_mod, "SMALLER_PREFILL_CHUNKS", ())
-    fixed = plan_memory(cfg, 1 * GiB, offload_costs=fast_bus)
+    fixed = plan_memory(cfg, int(0.92 * GiB), offload_costs=fast_bus)
     assert fixed.prefill_chunk == 512 and fixed.context_length < tight.context_length
