@@ -120,19 +120,15 @@ def _decode_attn_kernel(
         m_i = m_new
 
     omask = hmask[:, None] & dmask[None, :]
-    if DEFER:  # every split's partial (max, sum, acc) for _merge_splits_kernel: no atomic, no merge in this launch
-        pidx = hk * NUM_SPLITS + sp
-        tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
-        tl.store(ml_ptr + pidx * 2 * BLOCK_H + hs, m_i, mask=hmask)
-        tl.store(ml_ptr + pidx * 2 * BLOCK_H + BLOCK_H + hs, l_i, mask=hmask)
-    elif NUM_SPLITS == 1:
+    if NUM_SPLITS == 1 and not DEFER:
         out = acc / l_i[:, None]
         _store_out(out, o_ptr, so_h, g_ptr, sg_h, qh, d, omask, GATED)
-    else:
+    else:  # this split's partial (max, sum, acc); DEFER: _merge_splits_kernel merges (no atomic, no merge here)
         pidx = hk * NUM_SPLITS + sp
         tl.store(part_ptr + pidx * BLOCK_H * BLOCK_D + hs[:, None] * BLOCK_D + d[None, :], acc, mask=omask)
         tl.store(ml_ptr + pidx * 2 * BLOCK_H + hs, m_i, mask=hmask)
         tl.store(ml_ptr + pidx * 2 * BLOCK_H + BLOCK_H + hs, l_i, mask=hmask)
+    if NUM_SPLITS > 1 and not DEFER:
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + hk, 1)
         if arrived == NUM_SPLITS - 1:

@@ -1403,6 +1403,17 @@ def _device_copies(device: torch.device, *tensors: torch.Tensor | None) -> list[
         return None
 
 
+def _tensors_to_time(device: torch.device, *tensors: torch.Tensor | None) -> list[torch.Tensor | None] | None:
+    """What a launch config is timed on, or ``None`` when it cannot be timed: inside a graph capture
+    (the graph's eager warm-up has tuned it), or a mapped matrix without room for a device copy. A
+    mapped weight is timed on a copy: timed in place it would time PCIe, and a config picked for the
+    bus could round differently from the one the same shape gets when resident, so the output would
+    depend on the VRAM cap."""
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    return _device_copies(device, *tensors)
+
+
 def _as_rows(x: torch.Tensor) -> torch.Tensor:
     x2 = x.reshape(-1, x.shape[-1])
     return x2 if x2.stride(-1) == 1 else x2.contiguous()
@@ -1619,14 +1630,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8 or c in _QUICK_Q3] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
-    # Not measured inside a capture (impossible): the first candidate is used and not remembered.
-    if torch.cuda.is_current_stream_capturing():
-        return cands[0]
-    # A mapped weight (pinned host memory read over the bus) is timed on a device copy: timing it in
-    # place would time PCIe, and a config picked for the bus could round differently from the one the
-    # same shape gets when resident, so the output would depend on the VRAM cap.
-    copies = _device_copies(x2.device, w, s, w2, s2)
-    if copies is None:  # no room to time it: the first candidate, not remembered (a resident twin still tunes)
+    copies = _tensors_to_time(x2.device, w, s, w2, s2)
+    if copies is None:  # the first candidate, not remembered (a resident twin of this shape still tunes)
         return cands[0]
     w, s, w2, s2 = copies
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
@@ -1776,10 +1781,8 @@ def _prefill_choice(x2, codes, scales, group_size, encoding, y2, r2) -> tuple:
     choice = _tuned.get(key)
     if choice is not None:
         return (choice[0], tuple(choice[1]) if choice[1] else None)
-    # not timed inside a capture (a graph's eager warm-up has tuned it), nor a mapped matrix without
-    # room for a device copy (see _gemv_config); dequantize then reads each byte once; not remembered
-    copies = None if torch.cuda.is_current_stream_capturing() else _device_copies(x2.device, codes, scales)
-    if copies is None:
+    copies = _tensors_to_time(x2.device, codes, scales)
+    if copies is None:  # dequantize (a mapped matrix's bytes then cross the bus once); not remembered
         return ("dequant", None)
     codes, scales = copies
     y = torch.empty_like(y2)
