@@ -2,10 +2,11 @@
 # #3's offload target in one device call: synthetic Bonsai-8B under `--max-vram 1GiB` (half its packed
 # weights) against the uncapped run, each `ternary bench` in its own process (as a user runs them), for a
 # prompt of one prefill chunk (512) and one of two (700); then 4K and 32K uncapped for TTFT and the
-# planner's accuracy, and the mapped-offload GPU tests. JSON per run under $OUT, summary printed last.
+# planner's accuracy, and the mapped-offload GPU tests. JSON and log per run under $OUT/r, packed into
+# $OUT/results.tgz (the device tool returns at most 8 files); summary printed last.
 # Usage (device machine, repo root, carry .whl): DEADLINE=560 bash scripts/gpu/offload_identity.sh
 set -uo pipefail
-OUT=${OUT:-/tmp/offload_identity}; mkdir -p "$OUT"
+FINAL=${OUT:-/tmp/offload_identity}; OUT=$FINAL/r; mkdir -p "$OUT"
 DEADLINE=${DEADLINE:-560}
 export PYTHONUNBUFFERED=1
 SYN=/dev/shm/ternary-synthetic; mkdir -p "$SYN"
@@ -37,7 +38,7 @@ out = pathlib.Path(sys.argv[1])
 R = {p.stem: json.loads(p.read_text()) for p in sorted(out.glob("*.json"))}
 for name, r in R.items():
     o, p = r["ours"], r["plan"]
-    print(f"{name}: plan {p['offload_mode']} gpu_layers={len(p['gpu_layers'])} chunk={p['prefill_chunk']} ctx={p['context_length']} "
+    print(f"{name}: plan {p['offload_mode']} gpu_layers={p['layers_on_gpu']} chunk={p['prefill_chunk']} ctx={p['context_length']} "
           f"decode {o['decode_tok_s']:.1f} tok/s runs={[round(x, 1) for x in o['decode_tok_s_runs']]} ttft {o['ttft_s']*1e3:.1f} ms "
           f"prefill {o['prefill_tok_s']:.0f} peak {o['peak_allocated_bytes']/2**30:.3f} GiB pred {r['predicted_allocated_bytes']/2**30:.3f} "
           f"(ratio {o['peak_vs_plan']:.3f}) device {(o['device_used_bytes']-r['device_used_before_bytes'])/2**30:.3f} / "
@@ -49,3 +50,4 @@ for a, b in (("full_512", "cap1g_512"), ("full_700", "cap1g_700"), ("full_512", 
         first = next((i for i in range(n) if x[i] != y[i]), n)
         print(f"{b} vs {a}: tokens identical={x[:n] == y[:n]} (first {n}; first difference at {first})")
 PY
+tar czf "$FINAL/results.tgz" -C "$FINAL" r
