@@ -8,9 +8,10 @@ Markdown (code blocks, tables, lists) goes through ``QTextDocument.setMarkdown``
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QKeyEvent, QTextOption
 from PySide6.QtWidgets import (
+    QAbstractButton,
     QFrame,
     QHBoxLayout,
     QLabel,
@@ -25,6 +26,24 @@ from PySide6.QtWidgets import (
 
 RENDER_MS = 50
 
+
+
+class ReturnPressesButton(QObject):
+    """Event filter: Return/Enter on a focused button clicks it, as Space does.
+
+    Why: outside a dialog Qt buttons ignore Return, so a keyboard user who tabs to Send (or to a
+    message's Copy) and presses Enter gets nothing. Install with ``button.installEventFilter(...)``."""
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt override
+        if (event.type() == QEvent.Type.KeyPress and isinstance(obj, QAbstractButton)
+                and event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
+                and not event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier and obj.isEnabled()):
+            obj.animateClick()
+            return True
+        return super().eventFilter(obj, event)
+
+
+RETURN_PRESSES = ReturnPressesButton()
 
 class MarkdownView(QTextBrowser):
     """A read-only QTextBrowser that grows to fit its content (the scroll area scrolls)."""
@@ -54,6 +73,10 @@ class MarkdownView(QTextBrowser):
 
     def sizeHint(self) -> QSize:  # noqa: N802 - Qt override
         return QSize(400, self.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        # text wraps (and wide code scrolls inside the view): a narrow window must not clip the message
+        return QSize(self.fontMetrics().averageCharWidth() * 12, self.height())
 
 
 class MessageWidget(QFrame):
@@ -96,8 +119,10 @@ class MessageWidget(QFrame):
         layout.addLayout(header)
 
         self.thinking_toggle = QToolButton()
+        self.thinking_toggle.installEventFilter(RETURN_PRESSES)
         self.thinking_toggle.setObjectName("thinkingToggle")
         self.thinking_toggle.setCheckable(True)
+        self.thinking_toggle.setFocusPolicy(Qt.FocusPolicy.TabFocus)
         self.thinking_toggle.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
         self.thinking_toggle.setArrowType(Qt.ArrowType.RightArrow)
         self.thinking_toggle.setText(self.tr("Thinking"))
@@ -115,6 +140,7 @@ class MessageWidget(QFrame):
         layout.addWidget(self.body)
         self.stats_label = QLabel()
         self.stats_label.setObjectName("statsLabel")
+        self.stats_label.setWordWrap(True)
         self.stats_label.setVisible(False)
         layout.addWidget(self.stats_label)
 
@@ -151,6 +177,8 @@ class MessageWidget(QFrame):
         b.setAccessibleName(accessible)
         b.setToolTip(accessible)
         b.setAutoRaise(True)
+        b.setFocusPolicy(Qt.FocusPolicy.TabFocus)  # reachable by Tab; a click leaves the focus where it was
+        b.installEventFilter(RETURN_PRESSES)
         b.clicked.connect(lambda: signal.emit(self.message_id))
         return b
 
@@ -181,6 +209,12 @@ class MessageWidget(QFrame):
     def set_status(self, text: str) -> None:
         self.stats_label.setText(text)
         self.stats_label.setVisible(bool(text))
+
+    def focus_chain(self) -> list[QWidget]:
+        """The message's keyboard stops in reading order: Copy, Edit or Regenerate, the thinking
+        toggle and text (Tab skips them while hidden), then the message text itself."""
+        return [b for b in (self.copy_button, self.edit_button, self.regen_button, self.thinking_toggle,
+                            self.thinking_view, self.body) if b is not None]
 
     def set_actions_enabled(self, enabled: bool) -> None:
         for b in (self.edit_button, self.regen_button):
@@ -215,15 +249,37 @@ class ChatView(QScrollArea):
         self._layout.setSpacing(10)
         self._layout.addStretch(1)
         self.setWidget(self._inner)
+        # messages wrap to the width: never a sideways scroll bar that hides the Copy/Edit buttons
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.widgets: list[MessageWidget] = []
+        self._message_min_width: int | None = None
         self._follow = True
+        # the widget Tab reaches after the last message's buttons (the window sets it: Attach)
+        self.tab_after: QWidget | None = None
         self.verticalScrollBar().rangeChanged.connect(self._on_range)
         self.verticalScrollBar().valueChanged.connect(self._on_scroll)
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
         if event.type() == QEvent.Type.LanguageChange:
             self.setAccessibleName(self.tr("Conversation"))
+        if event.type() in (QEvent.Type.LanguageChange, QEvent.Type.FontChange):
+            self._message_min_width = None  # the buttons' texts or size, hence a message's minimum, changed
+            self.updateGeometry()
         super().changeEvent(event)
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        """As wide as the narrowest a message can be (its header row), so the window's minimum
+        size keeps every message's buttons visible."""
+        base = super().minimumSizeHint()
+        if self._message_min_width is None:  # measured once per language / font: samples are not cheap
+            samples = [MessageWidget(0, "assistant"), MessageWidget(0, "user")]
+            self._message_min_width = max(x.minimumSizeHint().width() for x in samples)
+            for x in samples:
+                x.deleteLater()
+        needed = self._message_min_width
+        m = self._layout.contentsMargins()
+        width = needed + m.left() + m.right() + self.verticalScrollBar().sizeHint().width() + 2 * self.frameWidth()
+        return QSize(max(base.width(), width), base.height())
 
     def clear(self) -> None:
         for w in self.widgets:
@@ -238,9 +294,23 @@ class ChatView(QScrollArea):
         w.editRequested.connect(self.editRequested)
         w.regenerateRequested.connect(self.regenerateRequested)
         self._layout.insertWidget(self._layout.count() - 1, w)
+        previous = self.widgets[-1].focus_chain()[-1] if self.widgets else self
         self.widgets.append(w)
+        self._chain(previous, w)
         self._follow = True
         return w
+
+    def _chain(self, previous: QWidget, w: MessageWidget) -> None:
+        """Put ``w``'s buttons in the Tab order after ``previous`` and before :attr:`tab_after`.
+
+        Why by hand: a widget added later joins the end of the window's focus chain (after Send),
+        so without this the buttons of a new message were out of reach in reading order.
+        """
+        for b in w.focus_chain():
+            QWidget.setTabOrder(previous, b)
+            previous = b
+        if self.tab_after is not None:
+            QWidget.setTabOrder(previous, self.tab_after)
 
     def widget_for(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self.widgets if w.message_id == message_id), None)
@@ -262,11 +332,19 @@ class ChatView(QScrollArea):
 
 
 class PromptEdit(QPlainTextEdit):
-    """Input box: Enter or Ctrl+Enter sends, Shift+Enter inserts a new line."""
+    """Input box: Enter or Ctrl+Enter sends, Shift+Enter inserts a new line, Tab / Shift+Tab move
+    the focus (to Send and back), Ctrl+Tab inserts a tab character."""
 
     submitted = Signal()
 
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setTabChangesFocus(True)  # otherwise Tab types a tab and Send is out of the keyboard's reach
+
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
+        if event.key() == Qt.Key.Key_Tab and event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+            self.insertPlainText("\t")
+            return
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
                 self.insertPlainText("\n")

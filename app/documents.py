@@ -5,6 +5,12 @@ user can cause (encrypted or scanned PDF, damaged .docx, a binary file renamed t
 file) raises :class:`DocumentError` with a one-line message and a ``code`` the GUI translates; the
 size limit is checked with ``stat`` before a single byte is read. Libraries: pypdf (BSD) and
 python-docx (MIT); no AGPL code.
+
+Hostile files: only regular files are opened (a folder named ``x.txt``, a FIFO or a device would
+raise or block forever), and the file is opened non-blocking and checked again by descriptor, so a
+swap between the check and the open cannot block either. A .docx is a zip and a PDF holds
+compressed streams, so a 1 MB file can unpack to gigabytes: the *unpacked* size is bounded while
+reading (:data:`MAX_UNPACKED_BYTES`, "too large when unpacked"), not only the size on disk.
 """
 
 from __future__ import annotations
@@ -12,13 +18,19 @@ from __future__ import annotations
 import codecs
 import os
 import re
+import stat
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import BinaryIO
 
 from runtime.errors import TernaryError
 
 MAX_DOCUMENT_BYTES = 100 * 1024 * 1024
+# What a .docx's zip members or a PDF's page content streams may unpack to, all together. Real
+# documents stay far below (a 300-page report: ~20 MB of XML); zip and flate bombs go far above.
+MAX_UNPACKED_BYTES = 256 * 1024 * 1024
+MAX_DOCX_MEMBERS = 10_000
 SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".pdf", ".docx", ".html", ".htm")
 
 
@@ -55,22 +67,14 @@ def extract_text(path: str | os.PathLike[str], max_bytes: int = MAX_DOCUMENT_BYT
     if suffix not in SUPPORTED_SUFFIXES:
         raise DocumentError(f"{p.name}: unsupported file type '{suffix or '(none)'}'. "
                             "Supported: .txt, .md, .pdf, .docx, .html.", "unsupported", name=p.name, suffix=suffix)
-    try:
-        size = p.stat().st_size
-    except FileNotFoundError:
-        raise DocumentError(f"{p.name}: file not found.", "missing", name=p.name) from None
-    except OSError as exc:
-        raise DocumentError(f"{p.name}: cannot be read ({exc.strerror}).", "unreadable", name=p.name) from None
-    if size > max_bytes:
-        raise DocumentError(
-            f"{p.name} is {size / 2**20:.0f} MB; documents larger than {max_bytes / 2**20:.0f} MB are refused "
-            "(split it into smaller files).", "too_large", name=p.name, size_mb=size / 2**20,
-            limit_mb=max_bytes / 2**20)
-    if suffix == ".pdf":
-        return _pdf(p)
-    if suffix == ".docx":
-        return _docx(p)
-    raw = p.read_bytes()
+    with _open_regular_file(p, max_bytes) as f:
+        if suffix == ".pdf":
+            return _pdf(p, f)
+        if suffix == ".docx":
+            return _docx(p, f)
+        raw = f.read(max_bytes + 1)
+    if len(raw) > max_bytes:  # grew after the size check
+        raise _too_large(p, len(raw), max_bytes)
     text, encoding = decode_text(raw, p.name)
     if suffix in (".html", ".htm"):
         text, kind = html_to_text(text), "html"
@@ -79,6 +83,60 @@ def extract_text(path: str | os.PathLike[str], max_bytes: int = MAX_DOCUMENT_BYT
     if not text.strip():
         raise DocumentError(f"{p.name} contains no text.", "empty", name=p.name)
     return Document(p, kind, text, encoding=encoding)
+
+
+def _too_large(p: Path, size: int, max_bytes: int) -> DocumentError:
+    return DocumentError(
+        f"{p.name} is {size / 2**20:.0f} MB; documents larger than {max_bytes / 2**20:.0f} MB are refused "
+        "(split it into smaller files).", "too_large", name=p.name, size_mb=size / 2**20, limit_mb=max_bytes / 2**20)
+
+
+def _too_large_unpacked(p: Path) -> DocumentError:
+    limit_mb = MAX_UNPACKED_BYTES / 2**20
+    return DocumentError(f"{p.name} is too large when unpacked (more than {limit_mb:.0f} MB of content); "
+                         "it may be a compression bomb, or split it into smaller files.", "too_large_unpacked",
+                         name=p.name, limit_mb=limit_mb)
+
+
+def _open_regular_file(p: Path, max_bytes: int) -> BinaryIO:
+    """Open ``p`` for reading only if it is a regular file within the size limit.
+
+    Why ``O_NONBLOCK`` and a second ``fstat``: opening a FIFO for reading blocks until a writer
+    appears (forever); checking the path first and the descriptor after closes the gap in which
+    the path could be swapped for one.
+    """
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise DocumentError(f"{p.name}: file not found.", "missing", name=p.name) from None
+    except (OSError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise DocumentError(f"{p.name}: cannot be read ({reason}).", "unreadable", name=p.name) from None
+    _refuse_special(p, st.st_mode)
+    if st.st_size > max_bytes:
+        raise _too_large(p, st.st_size, max_bytes)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(p, flags)
+    except OSError as exc:
+        raise DocumentError(f"{p.name}: cannot be read ({exc.strerror}).", "unreadable", name=p.name) from None
+    try:
+        _refuse_special(p, os.fstat(fd).st_mode)
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)  # a regular file: plain reads from here on
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def _refuse_special(p: Path, mode: int) -> None:
+    if stat.S_ISDIR(mode):
+        raise DocumentError(f"{p.name} is a folder, not a document; drop the files inside it instead.", "folder",
+                            name=p.name)
+    if not stat.S_ISREG(mode):
+        raise DocumentError(f"{p.name} is not a regular file (it is a pipe, socket or device), so it cannot be "
+                            "read as a document.", "not_file", name=p.name)
 
 
 # -- plain text --------------------------------------------------------------------------------
@@ -91,6 +149,9 @@ def decode_text(raw: bytes, name: str = "file") -> tuple[str, str]:
     for bom, enc in _BOMS:
         if raw.startswith(bom):
             return raw.decode(enc, errors="replace"), enc
+    utf16 = _utf16_without_bom(raw)
+    if utf16 is not None:
+        return raw.decode(utf16, errors="replace"), utf16
     if _looks_binary(raw):
         raise DocumentError(f"{name} is not a text file (it contains binary data; was it renamed?).",
                             "binary", name=name)
@@ -112,6 +173,49 @@ def decode_text(raw: bytes, name: str = "file") -> tuple[str, str]:
         except UnicodeDecodeError:
             continue
     return raw.decode("latin-1"), "latin-1"
+
+
+def _utf16_without_bom(raw: bytes) -> str | None:
+    """"utf-16-le"/"utf-16-be" when ``raw`` looks like UTF-16 text saved without a byte-order mark.
+
+    Why this works: text in Latin, Cyrillic, Greek... has a zero high byte in almost every UTF-16
+    code unit, so NUL bytes crowd onto odd offsets (little-endian) or even ones (big-endian); binary
+    data has NULs on both. CJK text has few NULs, so a decoded sample must also look like text.
+    """
+    head = raw[:8192]
+    head = head[: len(head) - len(head) % 2]
+    if len(head) < 4:
+        return None
+    even, odd = head[0::2], head[1::2]
+    units = len(head) // 2
+    even_nul, odd_nul = even.count(0), odd.count(0)
+    if odd_nul >= 0.3 * units and even_nul <= 0.02 * units:
+        candidates = ["utf-16-le"]
+    elif even_nul >= 0.3 * units and odd_nul <= 0.02 * units:
+        candidates = ["utf-16-be"]
+    elif even_nul + odd_nul and units >= 8:
+        candidates = ["utf-16-le", "utf-16-be"]  # CJK: a NUL only where a code unit ends in 00
+    else:
+        return None
+    for encoding in candidates:
+        try:
+            sample = head.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        plausible = sum(1 for ch in sample if _plausible_text_char(ord(ch)))
+        if plausible >= 0.95 * len(sample):
+            return encoding
+    return None
+
+
+# Code points that make up real text: printable ASCII and whitespace, Latin/Greek/Cyrillic/Hebrew/
+# Arabic letters, general punctuation, CJK (kana, ideographs, Hangul, full-width forms).
+_TEXT_RANGES = ((0x20, 0x7E), (0xA0, 0x6FF), (0x2000, 0x206F), (0x3000, 0x30FF), (0x3400, 0x4DBF),
+                (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xFF00, 0xFFEF))
+
+
+def _plausible_text_char(cp: int) -> bool:
+    return cp in (9, 10, 13) or any(low <= cp <= high for low, high in _TEXT_RANGES)
 
 
 def _looks_binary(raw: bytes) -> bool:
@@ -164,12 +268,12 @@ def html_to_text(html: str) -> str:
 
 
 # -- PDF ---------------------------------------------------------------------------------------
-def _pdf(p: Path) -> Document:
+def _pdf(p: Path, f: BinaryIO) -> Document:
     from pypdf import PdfReader
-    from pypdf.errors import PdfReadError
+    from pypdf.errors import LimitReachedError
 
     try:
-        reader = PdfReader(str(p))
+        reader = PdfReader(f)
         if reader.is_encrypted:
             try:
                 ok = reader.decrypt("")  # many PDFs are "encrypted" with an empty user password
@@ -178,11 +282,29 @@ def _pdf(p: Path) -> Document:
             if not ok:
                 raise DocumentError(f"{p.name} is password-protected; open it in a PDF reader, "
                                     "save an unprotected copy and drop that.", "encrypted", name=p.name)
-        pages = [page.extract_text() or "" for page in reader.pages]
+        pages = []
+        unpacked = 0
+        for page in reader.pages:
+            # pypdf bounds each stream (LimitReachedError) and keeps every decoded page stream
+            # cached: count them all, so a thousand pages of one-stream bombs stop too
+            contents = page.get_contents()
+            unpacked += len(contents.get_data()) if contents is not None else 0
+            if unpacked > MAX_UNPACKED_BYTES:
+                raise _too_large_unpacked(p)
+            text = page.extract_text() or ""
+            unpacked += len(text)
+            if unpacked > MAX_UNPACKED_BYTES:
+                raise _too_large_unpacked(p)
+            pages.append(text)
     except DocumentError:
         raise
-    except (PdfReadError, ValueError, KeyError, OSError) as exc:
-        raise DocumentError(f"{p.name} is damaged or not a PDF ({type(exc).__name__}).", "corrupt",
+    except (LimitReachedError, MemoryError):
+        raise _too_large_unpacked(p) from None
+    except RecursionError:
+        raise DocumentError(f"{p.name} is damaged or not a PDF (its objects nest too deeply).", "corrupt",
+                            name=p.name) from None
+    except Exception as exc:  # noqa: BLE001 - pypdf raises many types (and bare ones) for broken files
+        raise DocumentError(f"{p.name} is damaged or not a PDF ({_reason(exc)}).", "corrupt",
                             name=p.name) from None
     text = "\n\n".join(t.strip() for t in pages if t.strip())
     if not text.strip():
@@ -191,21 +313,31 @@ def _pdf(p: Path) -> Document:
     return Document(p, "pdf", text, pages=len(pages))
 
 
+def _reason(exc: BaseException) -> str:
+    """A short, human reason from a library exception: its message, else its kind in words."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if message and len(message) <= 120:
+        return message
+    return re.sub(r"(?<!^)(?=[A-Z])", " ", type(exc).__name__).lower()
+
+
 # -- DOCX --------------------------------------------------------------------------------------
-def _docx(p: Path) -> Document:
+def _docx(p: Path, f: BinaryIO) -> Document:
     import zipfile
 
     import docx
-    from docx.opc.exceptions import PackageNotFoundError
 
+    damaged = f"{p.name} is damaged or not a Word .docx document"
     try:
-        d = docx.Document(str(p))
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, OSError) as exc:
-        raise DocumentError(f"{p.name} is damaged or not a Word .docx document ({type(exc).__name__}).",
-                            "corrupt", name=p.name) from None
-    except Exception as exc:  # noqa: BLE001 - lxml errors for broken XML parts
-        raise DocumentError(f"{p.name} is damaged or not a Word .docx document ({type(exc).__name__}).",
-                            "corrupt", name=p.name) from None
+        _check_zip_unpacked_size(p, f)
+        f.seek(0)
+        d = docx.Document(f)
+    except DocumentError:
+        raise
+    except (MemoryError, zipfile.LargeZipFile):
+        raise _too_large_unpacked(p) from None
+    except Exception as exc:  # noqa: BLE001 - zip, OPC and lxml errors for broken parts
+        raise DocumentError(f"{damaged} ({_reason(exc)}).", "corrupt", name=p.name) from None
     parts = [para.text for para in d.paragraphs]
     for table in d.tables:
         for row in table.rows:
@@ -214,3 +346,29 @@ def _docx(p: Path) -> Document:
     if not text:
         raise DocumentError(f"{p.name} contains no text.", "empty", name=p.name)
     return Document(p, "docx", text)
+
+
+def _check_zip_unpacked_size(p: Path, f: BinaryIO) -> None:
+    """Refuse a zip whose members unpack past :data:`MAX_UNPACKED_BYTES`.
+
+    Both the sizes the zip declares and the bytes that really come out are counted: a forged
+    header may claim small members (Python's zipfile stops at the declared size, but another
+    reader might not, and a CRC error then reads as "damaged" instead of "too large").
+    """
+    import zipfile
+
+    with zipfile.ZipFile(f) as zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_DOCX_MEMBERS:
+            raise _too_large_unpacked(p)
+        if sum(i.file_size for i in infos) > MAX_UNPACKED_BYTES:
+            raise _too_large_unpacked(p)
+        total = 0
+        for info in infos:
+            if info.is_dir():
+                continue
+            with zf.open(info) as member:
+                while chunk := member.read(1024 * 1024):
+                    total += len(chunk)
+                    if total > MAX_UNPACKED_BYTES:
+                        raise _too_large_unpacked(p)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
 
 
@@ -130,10 +130,12 @@ class GaugePanel(QFrame):
             lab = QLabel("–")
             lab.setAccessibleName(name)
             lab.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            # a longer number wraps inside the fixed column instead of widening the panel
+            lab.setWordWrap(True)
+            lab.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
             return lab
 
         self.model_label = value(self.tr("Model"))
-        self.model_label.setWordWrap(True)
         self.device_label = value(self.tr("Device"))
         self.layers_label = value(self.tr("Layers"))
         self.vram_process_bar = bar(self.tr("VRAM used by this app"))
@@ -141,11 +143,13 @@ class GaugePanel(QFrame):
         self.ram_bar = bar(self.tr("RAM used by this app"))
         self.context_bar = bar(self.tr("Context fill"))
         self.speed_label = value(self.tr("Tokens per second"))
+        self.prefill_label = value(self.tr("Prompt processing speed"))
         self.ttft_label = value(self.tr("Time to first token"))
         self.prompt_label = value(self.tr("Prompt tokens"))
-        for w in (self.model_label, self.device_label, self.layers_label, self.vram_process_bar,
-                  self.vram_device_bar, self.ram_bar, self.context_bar, self.speed_label, self.ttft_label,
-                  self.prompt_label):
+        self._fields = (self.model_label, self.device_label, self.layers_label, self.vram_process_bar,
+                        self.vram_device_bar, self.ram_bar, self.context_bar, self.speed_label, self.prefill_label,
+                        self.ttft_label, self.prompt_label)
+        for w in self._fields:
             form.addRow(QLabel(), w)
         self._form = form
         self.chart = HistoryChart()
@@ -153,6 +157,7 @@ class GaugePanel(QFrame):
         outer.addStretch(1)
 
         self.context_length = 0
+        self.context_used = 0
         self.prompt_tokens = 0
         self.generated_pieces = 0
         self._t_request = 0.0
@@ -162,6 +167,29 @@ class GaugePanel(QFrame):
         self.updates = 0  # number of memory refreshes (tests check the timer works)
         self._info: dict[str, Any] | None = None
         self.retranslate()
+
+    def _fix_width(self) -> None:
+        """One width from the font and the captions, never from the values.
+
+        Why: a width that follows the text (``12.3 tok/s (live)`` → ``9.8 tok/s (live)``) made the
+        splitter move the chat column several times a second while a reply streamed.
+        """
+        fm = QFontMetrics(self.font())
+        captions = max(fm.horizontalAdvance(self._form.labelForField(w).text()) for w in self._fields)
+        widest_value = fm.horizontalAdvance("888.88 GiB / 888.88 GiB") + fm.horizontalAdvance("M")
+        m = self.layout().contentsMargins()
+        width = m.left() + m.right() + captions + max(self._form.horizontalSpacing(), 6) + widest_value + 8
+        self.setFixedWidth(max(width, fm.horizontalAdvance("M") * 18))
+        self._value_width = widest_value
+        if self._info:
+            self._show_model_name()
+
+    def _show_model_name(self) -> None:
+        """The model's name, shortened in the middle with "…" when longer than the column (full in the tooltip)."""
+        name = str((self._info or {}).get("name") or "model")
+        fm = QFontMetrics(self.model_label.font())
+        self.model_label.setText(fm.elidedText(name, Qt.TextElideMode.ElideMiddle, self._value_width))
+        self.model_label.setToolTip(name)
 
     def retranslate(self) -> None:
         """Captions, accessible names and the texts derived from the last model/memory, via ``tr()``."""
@@ -176,6 +204,7 @@ class GaugePanel(QFrame):
                 (self.ram_bar, self.tr("RAM (app)"), self.tr("RAM used by this app")),
                 (self.context_bar, self.tr("Context"), self.tr("Context fill")),
                 (self.speed_label, self.tr("Speed"), self.tr("Tokens per second")),
+                (self.prefill_label, self.tr("Prefill"), self.tr("Prompt processing speed")),
                 (self.ttft_label, self.tr("First token"), self.tr("Time to first token")),
                 (self.prompt_label, self.tr("Prompt"), self.tr("Prompt tokens"))):
             self._form.labelForField(w).setText(caption)
@@ -184,6 +213,7 @@ class GaugePanel(QFrame):
         self.chart.update()
         if self._info is None:
             self.model_label.setText(self.tr("No model loaded"))
+            self.model_label.setToolTip("")
         else:
             plan = self._info.get("plan") or {}
             if plan:
@@ -191,10 +221,13 @@ class GaugePanel(QFrame):
         if self.last_memory and not self.last_memory.get("device_total_bytes"):
             for b in (self.vram_process_bar, self.vram_device_bar):
                 b.setFormat(self.tr("no GPU in use"))
+        self._fix_width()  # the captions' width changes with the language
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
         if event.type() == QEvent.Type.LanguageChange:
             self.retranslate()
+        elif event.type() == QEvent.Type.FontChange:
+            self._fix_width()
         super().changeEvent(event)
 
     # -- model -------------------------------------------------------------------------------
@@ -202,12 +235,13 @@ class GaugePanel(QFrame):
         self._info = info or None
         if not info:
             self.model_label.setText(self.tr("No model loaded"))
+            self.model_label.setToolTip("")
             self.device_label.setText("–")
             self.layers_label.setText("–")
             self.context_length = 0
             self._set_context(0)
             return
-        self.model_label.setText(str(info.get("name") or "model"))
+        self._show_model_name()
         backend = info.get("backend") or ""
         self.device_label.setText(f"{info.get('device', '?')}" + (f" · {backend}" if backend else ""))
         self.context_length = int(info.get("context_length") or 0)
@@ -236,12 +270,13 @@ class GaugePanel(QFrame):
                 b.setValue(0)
                 b.setFormat(self.tr("no GPU in use"))
         self._fill(self.ram_bar, m.get("ram_process_bytes") or 0, m.get("ram_total_bytes") or 0)
-        if m.get("context_length"):
+        if m.get("context_length") and int(m["context_length"]) != self.context_length:
             self.context_length = int(m["context_length"])
+            self._set_context(self.context_used)
         if "layers_on_gpu" in m:
             self._set_layers(int(m.get("layers_on_gpu") or 0), int(m.get("layers_on_cpu") or 0))
-        if not self._t_request and m.get("cached_tokens") is not None:
-            self._set_context(int(m["cached_tokens"]))
+        # no fill from the engine's cache here: it holds the last prompt of whichever chat ran,
+        # not the chat on screen (see show_conversation_context)
 
     @staticmethod
     def _fill(b: QProgressBar, used: int, total: int) -> None:
@@ -252,7 +287,13 @@ class GaugePanel(QFrame):
         b.setValue(int(1000 * min(used / total, 1.0)))
         b.setFormat(f"{format_bytes(used)} / {format_bytes(total)}")
 
+    def show_conversation_context(self, used: int) -> None:
+        """The fill of the chat on screen: 0 for a new chat, its last prompt + reply for an old one."""
+        if not self._t_request:
+            self._set_context(used)
+
     def _set_context(self, used: int) -> None:
+        self.context_used = used
         ctx = self.context_length
         if not ctx:
             self.context_bar.setValue(0)
@@ -262,12 +303,14 @@ class GaugePanel(QFrame):
         self.context_bar.setFormat(f"{used} / {ctx} ({100 * used / ctx:.0f}%)")
 
     # -- generation --------------------------------------------------------------------------
-    def generation_started(self) -> None:
-        self._t_request = time.monotonic()
+    def generation_started(self, started_at: float | None = None) -> None:
+        """``started_at``: ``time.perf_counter()`` at Send, the origin the engine uses as well."""
+        self._t_request = started_at or time.perf_counter()
         self._t_first = 0.0
         self.generated_pieces = 0
         self.live_tok_s = 0.0
         self.speed_label.setText(self.tr("waiting for first token…"))
+        self.prefill_label.setText("…")
         self.ttft_label.setText("…")
 
     def set_prompt_tokens(self, n: int) -> None:
@@ -276,7 +319,7 @@ class GaugePanel(QFrame):
         self._set_context(n)
 
     def pieces_received(self, count: int) -> None:
-        now = time.monotonic()
+        now = time.perf_counter()
         if not self._t_first:
             self._t_first = now
             self.ttft_label.setText(format_seconds(now - self._t_request))
@@ -290,9 +333,13 @@ class GaugePanel(QFrame):
     def generation_done(self, stats: dict[str, Any]) -> None:
         self._t_request = 0.0
         decode = float(stats.get("decode_tok_s") or 0.0)
-        ttft = float(stats.get("ttft_s") or 0.0)
-        self.speed_label.setText(self.tr("%1 tok/s (prefill %2 tok/s)").replace("%1", f"{decode:.1f}")
-                                 .replace("%2", f"{float(stats.get('prefill_tok_s') or 0):.0f}"))
+        ttft = float(stats.get("ttft_s") or 0.0)  # wall time from Send (engine figure; see GenerationStats)
+        prefill = float(stats.get("prefill_tok_s") or 0.0)
+        self.speed_label.setText(self.tr("%1 tok/s").replace("%1", f"{decode:.1f}"))
+        if not prefill and stats.get("reused_prompt_tokens"):  # nothing to prefill: not a speed of 0
+            self.prefill_label.setText(self.tr("prompt already in the cache"))
+        else:
+            self.prefill_label.setText(self.tr("%1 tok/s").replace("%1", f"{prefill:.0f}"))
         self.ttft_label.setText(format_seconds(ttft))
         prompt = int(stats.get("prompt_tokens") or self.prompt_tokens)
         self.prompt_label.setText(str(prompt))
@@ -304,6 +351,7 @@ class GaugePanel(QFrame):
     def generation_failed(self) -> None:
         self._t_request = 0.0
         self.speed_label.setText("–")
+        self.prefill_label.setText("–")
 
 
 def offload_mode_text(mode: str) -> str:

@@ -14,7 +14,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QEvent, QObject, QRunnable, Qt, QThreadPool, QTimer, Signal
+from PySide6.QtCore import (
+    QCoreApplication,
+    QEvent,
+    QObject,
+    QRunnable,
+    QSize,
+    Qt,
+    QThreadPool,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
@@ -29,21 +39,25 @@ from PySide6.QtWidgets import (
     QMenu,
     QMessageBox,
     QProgressBar,
-    QProgressDialog,
     QPushButton,
     QSplitter,
     QStackedWidget,
+    QStyle,
+    QStyleOptionComboBox,
+    QStylePainter,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from app import documents
-from app.chat_view import ChatView, MessageWidget, PromptEdit
-from app.gauges import GaugePanel, format_bytes
+from app.chat_view import RETURN_PRESSES, ChatView, MessageWidget, PromptEdit
+from app.errors import UserError, error_text
+from app.gauges import GaugePanel, format_bytes, format_seconds
 from app.history import PARTIAL, HistoryStore, StreamingMessageSaver
 from app.settings_model import AppSettings, generation_settings
-from app.worker import WorkerHost, load_engine
+from app.summary_dialog import SummaryProgressDialog, summary_error_text
+from app.worker import WorkerHost, load_engine, readable_error
 from runtime.generation import CancelToken
 
 log = logging.getLogger(__name__)
@@ -53,7 +67,17 @@ GAUGE_IDLE_MS = 1000
 
 
 def model_key(path: str) -> str:
-    """Settings key for a model: its file (or folder) name, stable across moves of the store."""
+    """Settings key for a model's own sampling overrides: its resolved path.
+
+    Why not the file name (the key before): two different files called ``model.gguf`` in two
+    folders shared one set of overrides. Keys written by older versions (a bare name) are moved to
+    the path of the first model of that name that is loaded (:meth:`MainWindow.adopt_name_keyed_sampling`).
+    """
+    return str(Path(path).expanduser().resolve()) if path else ""
+
+
+def model_name(path: str) -> str:
+    """The model's file or folder name, for conversation records and captions."""
     return Path(path).name or path
 
 
@@ -91,11 +115,40 @@ def run_in_background(fn: Callable[[], Any], on_done: Callable[[Any], None],
     return task
 
 
+class ElidingComboBox(QComboBox):
+    """A combo box that ends a text too long for it with "…" (Qt's own just cuts it off)."""
+
+    def paintEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        painter = QStylePainter(self)
+        opt = QStyleOptionComboBox()
+        self.initStyleOption(opt)
+        painter.drawComplexControl(QStyle.ComplexControl.CC_ComboBox, opt)
+        field = self.style().subControlRect(QStyle.ComplexControl.CC_ComboBox, opt,
+                                            QStyle.SubControl.SC_ComboBoxEditField, self)
+        opt.currentText = self.fontMetrics().elidedText(opt.currentText, Qt.TextElideMode.ElideRight, field.width())
+        painter.drawControl(QStyle.ControlElement.CE_ComboBoxLabel, opt)
+
+
+class PageStack(QStackedWidget):
+    """A stack whose minimum size is its current page's: the welcome page's wide button row must
+    not make the window's minimum wider while a chat is shown (and the chat's minimum applies
+    while the welcome page is shown)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.currentChanged.connect(lambda _i: self.updateGeometry())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt override
+        page = self.currentWidget()
+        return page.minimumSizeHint().expandedTo(page.minimumSize()) if page is not None else QSize(0, 0)
+
+
 class MainWindow(QMainWindow):
     """Top-level window. ``settings_path``/``store`` let tests and scripts use isolated files."""
 
     modelLoaded = Signal(dict)
     modelLoadFailed = Signal(str)  # the message shown to the user
+    modelImportRefused = Signal(str)  # an imported file failed its checks; the message shown to the user
     generationFinished = Signal(int)
 
     def __init__(self, settings: AppSettings | None = None, store: HistoryStore | None = None,
@@ -111,24 +164,42 @@ class MainWindow(QMainWindow):
         self.model_info: dict[str, Any] = {}
         self.model_path = ""
         self.loading = False
+        self._pending_document: str | None = None  # a document to summarize once the model loads
+        self._sticky_notice = ""  # shown until the user closes it (see show_notice)
+        self.importing = ""  # the path whose import check is running
+        self._status_before_import = ""
         self._load_cancel: CancelToken | None = None
         self._request_id = 0
         self._cancel: CancelToken | None = None
         self._saver: StreamingMessageSaver | None = None
         self._reply_widget: MessageWidget | None = None
         self._editing_from: int | None = None
+        self._t_send = 0.0  # time.perf_counter() of the last Send / Regenerate
+        self._closed = False
         self._summary_request = 0
         self._summary_cancel: CancelToken | None = None
-        self._summary_dialog: QProgressDialog | None = None
+        self._summary_dialog: SummaryProgressDialog | None = None
         self._summary_doc: documents.Document | None = None
+        self._summary_saver: StreamingMessageSaver | None = None  # the summary's reply, saved as it streams
+        self._summary_widget: MessageWidget | None = None
+        self._summary_request_message = 0  # id of the "Summarize the document" message
+        self._summary_new_conversation = False  # the chat was made for this summary
         self._tasks: list[BackgroundTask] = []
         self.last_error = ""
         self.last_summary: Any = None
+        try:
+            self._build_and_restore(autoload)
+        except BaseException:
+            self.host.stop()  # a QThread destroyed while running aborts the process: no window, no message
+            raise
 
+    def _build_and_restore(self, autoload: bool) -> None:
+        """Widgets, then the last conversation and model; a failure here must stop the worker thread first."""
         self.setWindowTitle(self.tr("Ternary Chat"))
         self.setAcceptDrops(True)
         self.resize(1280, 800)
         self._build()
+        self._fit_minimums()
         self._connect_worker()
         self._shortcuts()
         self.retranslate()
@@ -149,7 +220,9 @@ class MainWindow(QMainWindow):
     def _build(self) -> None:
         splitter = QSplitter(Qt.Orientation.Horizontal)
         splitter.setObjectName("mainSplitter")
+        splitter.setChildrenCollapsible(False)  # a dragged handle must not squeeze a column to nothing
         self.setCentralWidget(splitter)
+        self.splitter = splitter
 
         # sidebar
         side = QWidget()
@@ -162,6 +235,10 @@ class MainWindow(QMainWindow):
         self.search_edit.setClearButtonEnabled(True)
         self.search_edit.textChanged.connect(self.refresh_conversations)
         self.conversation_list = QListWidget()
+        # long titles end in "…" (with the full title in the tooltip) instead of scrolling sideways
+        self.conversation_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.conversation_list.setTextElideMode(Qt.TextElideMode.ElideRight)
+        self.conversation_list.setUniformItemSizes(True)
         self.conversation_list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.conversation_list.customContextMenuRequested.connect(self._conversation_menu)
         self.conversation_list.currentItemChanged.connect(self._on_conversation_selected)
@@ -169,6 +246,7 @@ class MainWindow(QMainWindow):
         sl.addWidget(self.new_chat_button)
         sl.addWidget(self.search_edit)
         sl.addWidget(self.conversation_list, 1)
+        self.sidebar = side
         splitter.addWidget(side)
 
         # center
@@ -177,8 +255,9 @@ class MainWindow(QMainWindow):
         cl.setContentsMargins(8, 8, 8, 8)
         top = QHBoxLayout()
         self.model_caption = model_caption = QLabel()
-        self.model_combo = QComboBox()
-        self.model_combo.setMinimumContentsLength(24)
+        self.model_combo = ElidingComboBox()
+        self.model_combo.currentTextChanged.connect(self.model_combo.setToolTip)  # the full name when elided
+        self.model_combo.setMinimumContentsLength(14)
         self.model_combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_combo.activated.connect(self._on_model_chosen)
         model_caption.setBuddy(self.model_combo)
@@ -200,13 +279,13 @@ class MainWindow(QMainWindow):
         self.banner_close = QToolButton()
         self.banner_close.setText("✕")
         self.banner_close.setVisible(False)
-        self.banner_close.clicked.connect(self.clear_banner)
+        self.banner_close.clicked.connect(self.close_banner)
         brow = QHBoxLayout()
         brow.addWidget(self.banner, 1)
         brow.addWidget(self.banner_close)
         cl.addLayout(brow)
 
-        self.stack = QStackedWidget()
+        self.stack = PageStack()
         from app.welcome import WelcomePage
 
         self.welcome = WelcomePage(self)
@@ -235,13 +314,14 @@ class MainWindow(QMainWindow):
         cl.addLayout(inp)
         splitter.addWidget(center)
 
-        self.gauges = GaugePanel()
+        self.gauges = GaugePanel()  # fixed width: streaming numbers never move the chat column
         self.gauges.set_model(None)
         splitter.addWidget(self.gauges)
         splitter.setStretchFactor(0, 0)
         splitter.setStretchFactor(1, 1)
         splitter.setStretchFactor(2, 0)
-        splitter.setSizes([240, 760, 280])
+        splitter.setSizes([240, 760, self.gauges.width()])
+        self.gauges.setVisible(self.settings.interface.show_performance_panel)
 
         self.status_label = QLabel(self.tr("No model loaded"))
         self.status_label.setAccessibleName(self.tr("Status"))
@@ -262,6 +342,10 @@ class MainWindow(QMainWindow):
         QWidget.setTabOrder(self.chat_view, self.attach_button)
         QWidget.setTabOrder(self.attach_button, self.input)
         QWidget.setTabOrder(self.input, self.send_button)
+        for button in (self.new_chat_button, self.models_button, self.settings_button, self.attach_button,
+                       self.send_button):
+            button.installEventFilter(RETURN_PRESSES)  # Enter on a focused button clicks it, as Space does
+        self.chat_view.tab_after = self.attach_button  # each message's buttons go between the chat and Attach
 
     def _shortcuts(self) -> None:
         def action(keys: list[QKeySequence] | QKeySequence, slot: Callable[[], Any]) -> QAction:
@@ -282,6 +366,25 @@ class MainWindow(QMainWindow):
         self.send_action = action(QKeySequence("Ctrl+Return"), self.send)
         self.models_action = action(QKeySequence("Ctrl+M"), self.open_model_manager)
         self.quit_action = action(QKeySequence("Ctrl+Q"), self.close)
+
+        # View menu: the Performance panel can be hidden (remembered in the settings)
+        self.view_menu = self.menuBar().addMenu("")
+        self.panel_action = QAction(self)
+        self.panel_action.setCheckable(True)
+        self.panel_action.setChecked(self.settings.interface.show_performance_panel)
+        self.panel_action.setShortcut(QKeySequence("Ctrl+Shift+P"))
+        self.panel_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.panel_action.toggled.connect(self.set_performance_panel_visible)
+        self.view_menu.addAction(self.panel_action)
+
+    def set_performance_panel_visible(self, shown: bool) -> None:
+        """Show or hide the gauge column and remember the choice for the next start."""
+        self.gauges.setVisible(shown)
+        if self.panel_action.isChecked() != shown:
+            self.panel_action.setChecked(shown)  # toggled again: returns at the next line
+        if self.settings.interface.show_performance_panel != shown:
+            self.settings.interface.show_performance_panel = shown
+            self.save_settings()
 
     def retranslate(self) -> None:
         """Set every fixed user-visible text through ``tr()``: at start and on each language switch."""
@@ -313,16 +416,54 @@ class MainWindow(QMainWindow):
                         (self.send_action, self.tr("Send")), (self.models_action, self.tr("Models")),
                         (self.quit_action, self.tr("Quit"))):
             a.setText(text)
+        self.view_menu.setTitle(self.tr("&View"))
+        self.panel_action.setText(self.tr("Show performance panel"))
+        self.panel_action.setToolTip(self.tr("Show or hide the Performance panel (Ctrl+Shift+P)"))
         if self.model_info and not self.loading and not self.generating:
             self.status_label.setText(self.tr("Ready"))
         elif not self.model_info and not self.loading:
             self.status_label.setText(self.tr("No model loaded"))
         self._update_state()  # send/stop button
 
+    def _fit_minimums(self) -> None:
+        """Minimums in text units, so no font or theme makes a column unreadable or a button clip:
+        ~20 characters of a conversation title, 8 lines of chat above the composer."""
+        fm = self.fontMetrics()
+        self.sidebar.setMinimumWidth(fm.averageCharWidth() * 20 + 16)
+        self.chat_view.setMinimumHeight(fm.lineSpacing() * 8)
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        """Keep the minimum size even where nothing enforces it (X without a window manager, scripted
+        resizes): below it buttons clip and the composer collapses, so grow back to the minimum."""
+        super().resizeEvent(event)
+        minimum = self.minimumSizeHint().expandedTo(self.minimumSize())
+        size = event.size()
+        if (size.width() < minimum.width() or size.height() < minimum.height()) and not self.isMaximized():
+            QTimer.singleShot(0, lambda: self.resize(self.size().expandedTo(minimum)))
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt override
+        self._fit_minimums()  # the style sheet's font is known once the window is polished
+        super().showEvent(event)
+
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
-        if event.type() == QEvent.Type.LanguageChange:
+        if event.type() in (QEvent.Type.FontChange, QEvent.Type.StyleChange) and hasattr(self, "sidebar"):
+            self._fit_minimums()
+        if event.type() == QEvent.Type.LanguageChange and not self._closed:
             self.retranslate()
+            # texts made from stored data are composed at display: rebuild them in the new language
+            self.refresh_models()
+            self.refresh_conversations()
+            if self.conversation_id is not None and not self.generating:
+                self._restatus_messages()
         super().changeEvent(event)
+
+    def _restatus_messages(self) -> None:
+        """Re-write each message's footer (stats, errors) in the current language."""
+        stored = {m.id: m for m in self.store.messages(self.conversation_id)}
+        for w in self.chat_view.widgets:
+            m = stored.get(w.message_id)
+            if m is not None:
+                w.set_status(self._stats_text(m.stats, interrupted=m.status == PARTIAL))
 
     def _focus_search(self) -> None:
         self.search_edit.setFocus()
@@ -342,6 +483,8 @@ class MainWindow(QMainWindow):
         w.summaryProgress.connect(self._on_summary_progress)
         w.summaryDone.connect(self._on_summary_done)
         w.summaryFailed.connect(self._on_summary_failed)
+        w.summaryStep.connect(self._on_summary_step)
+        w.summaryTokens.connect(self._on_summary_tokens)
 
     # ------------------------------------------------------------------ banner / state
     def show_error(self, text: str) -> None:
@@ -350,11 +493,17 @@ class MainWindow(QMainWindow):
         self._show_banner(text)
         log.info("shown to user: %s", text)
 
-    def show_notice(self, text: str) -> None:
+    def show_notice(self, text: str, sticky: bool = False) -> None:
+        """A notice in the banner. ``sticky`` ones (what happened to damaged files at start) stay until the
+        user closes them: later messages show above them, and clearing those brings them back."""
+        if sticky:
+            self._sticky_notice = text
         self.banner.setProperty("kind", "notice")
         self._show_banner(text)
 
     def _show_banner(self, text: str) -> None:
+        if self._sticky_notice and text != self._sticky_notice:
+            text = text + "\n\n" + self._sticky_notice
         self.banner.setText(text)
         self.banner.style().unpolish(self.banner)
         self.banner.style().polish(self.banner)
@@ -363,8 +512,18 @@ class MainWindow(QMainWindow):
         self.banner.setAccessibleDescription(text)
 
     def clear_banner(self) -> None:
+        """Clear the current message; a sticky notice comes back until the user closes it (✕)."""
+        if self._sticky_notice:
+            self.banner.setProperty("kind", "notice")
+            self._show_banner(self._sticky_notice)
+            return
         self.banner.setVisible(False)
         self.banner_close.setVisible(False)
+
+    def close_banner(self) -> None:
+        """The user closed the banner: sticky notices too."""
+        self._sticky_notice = ""
+        self.clear_banner()
 
     @property
     def generating(self) -> bool:
@@ -390,9 +549,12 @@ class MainWindow(QMainWindow):
         self.conversation_list.blockSignals(True)
         self.conversation_list.clear()
         for c in convs:
-            item = QListWidgetItem(c.title)
+            title = self.tr("New chat") if is_default_title(c.title) else c.title
+            item = QListWidgetItem(title)
+            # a 1-pixel width hint makes the row as wide as the list, so the delegate elides the title
+            item.setSizeHint(QSize(1, self.conversation_list.fontMetrics().height() + 6))
             item.setData(Qt.ItemDataRole.UserRole, c.id)
-            item.setToolTip(time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated)))
+            item.setToolTip(title + "\n" + time.strftime("%Y-%m-%d %H:%M", time.localtime(c.updated)))
             self.conversation_list.addItem(item)
             if c.id == self.conversation_id:
                 self.conversation_list.setCurrentItem(item)
@@ -411,11 +573,13 @@ class MainWindow(QMainWindow):
         self.conversation_id = conversation_id
         self._editing_from = None
         self.chat_view.clear()
-        for m in self.store.messages(conversation_id):
+        messages = self.store.messages(conversation_id)
+        for m in messages:
             if m.role == "system":
                 continue
             w = self.chat_view.add_message(m.id, m.role, m.content, m.thinking)
             w.set_status(self._stats_text(m.stats, interrupted=m.status == PARTIAL))
+        self.gauges.show_conversation_context(_context_fill(messages))
         for i in range(self.conversation_list.count()):
             it = self.conversation_list.item(i)
             if int(it.data(Qt.ItemDataRole.UserRole)) == conversation_id:
@@ -427,7 +591,8 @@ class MainWindow(QMainWindow):
     def new_conversation(self) -> None:
         if self.generating:
             self.stop()
-        c = self.store.create_conversation(self.tr("New chat"), model=model_key(self.model_path) if self.model_path else "")
+        # stored without a title: "New chat" is shown in the language in use (refresh_conversations)
+        c = self.store.create_conversation("", model=model_name(self.model_path) if self.model_path else "")
         self.search_edit.clear()
         self.refresh_conversations()
         self.open_conversation(c.id)
@@ -444,7 +609,8 @@ class MainWindow(QMainWindow):
         if title is None:
             conv = self.store.conversation(cid)
             title, ok = QInputDialog.getText(self, self.tr("Rename conversation"), self.tr("Title:"),
-                                             text=conv.title if conv else "")
+                                             text=conv.title if conv and not is_default_title(conv.title)
+                                             else self.tr("New chat"))
             if not ok:
                 return
         if not title.strip():
@@ -468,6 +634,7 @@ class MainWindow(QMainWindow):
         if cid == self.conversation_id:
             self.conversation_id = None
             self.chat_view.clear()
+            self.gauges.show_conversation_context(0)
         self.refresh_conversations()
         convs = self.store.conversations()
         if self.conversation_id is None and convs:
@@ -599,8 +766,13 @@ class MainWindow(QMainWindow):
         self.status_label.setText(self.tr("%1 on %2 · context %3 tokens").replace("%1", str(info.get("name")))
                                   .replace("%2", str(info.get("device"))).replace("%3", str(ctx)))
         self.gauges.set_model(info)
+        self.gauges.show_conversation_context(
+            _context_fill(self.store.messages(self.conversation_id)) if self.conversation_id is not None else 0)
+        changed = self.adopt_name_keyed_sampling()
         if self.settings.last_model != self.model_path:
             self.settings.last_model = self.model_path
+            changed = True
+        if changed:
             self.save_settings()
         idx = self.model_combo.findData(self.model_path)
         if idx >= 0:
@@ -608,8 +780,24 @@ class MainWindow(QMainWindow):
         self.clear_banner()
         self._update_state()
         self.modelLoaded.emit(info)
+        pending, self._pending_document = self._pending_document, None
+        if pending is not None:
+            self.summarize_file(pending)
 
-    def _on_load_failed(self, path: str, message: str) -> None:
+    def adopt_name_keyed_sampling(self) -> bool:
+        """Move overrides an older version stored under the bare file name to this model's path key.
+
+        The first model of that name to be loaded takes them; another file of the same name then
+        starts from its own defaults instead of sharing them. True when the settings changed.
+        """
+        key, legacy = model_key(self.model_path), model_name(self.model_path)
+        if not key or legacy == key or legacy not in self.settings.sampling or key in self.settings.sampling:
+            return False
+        self.settings.sampling[key] = self.settings.sampling.pop(legacy)
+        return True
+
+    def _on_load_failed(self, path: str, error: UserError) -> None:
+        message = error_text(error)
         if path != self.model_path:
             return  # an older load that was replaced (and cancelled) by a newer one
         self.loading = False
@@ -617,12 +805,17 @@ class MainWindow(QMainWindow):
         self.model_info = {}
         self.load_bar.setVisible(False)
         self.status_label.setText(self.tr("No model loaded"))
-        self.show_error(self.tr("Could not load the model: %1").replace("%1", message))
+        pending, self._pending_document = self._pending_document, None
+        kept = (" " + self.tr("%1 was not summarized.").replace("%1", Path(pending).name)) if pending else ""
+        self.show_error(self.tr("Could not load the model: %1").replace("%1", message) + kept)
         self._update_state()
         self.modelLoadFailed.emit(message)
 
     def import_model(self, path: str) -> bool:
-        """Remember a local .gguf/.ternary file or HF folder and load it in place."""
+        """Check a local .gguf/.ternary file or HF folder (on the pool), then remember it and load it in place.
+
+        Returns False when refused at once (not a model by name); True when the check started.
+        """
         p = Path(path)
         if not (p.is_dir() or p.suffix.lower() in MODEL_SUFFIXES):
             self.show_error(self.tr("%1 is not a model: use a .gguf or .ternary file or a Hugging Face folder.")
@@ -633,12 +826,36 @@ class MainWindow(QMainWindow):
                             .replace("%1", p.name))
             return False
         resolved = str(p.resolve())
+        self.importing = resolved
+        self._status_before_import = self.status_label.text()
+        self.status_label.setText(self.tr("Checking %1…").replace("%1", p.name))
+        from runtime.hub.verify import check_local_model
+
+        task = run_in_background(lambda: check_local_model(resolved),
+                                 lambda problems: self._on_import_checked(resolved, problems),
+                                 lambda exc: self._on_import_checked(resolved, [readable_error(exc)]))
+        self._tasks.append(task)
+        return True
+
+    def _on_import_checked(self, resolved: str, problems: list[str]) -> None:
+        """Only a file that passed its checks is listed and loaded: a refused one leaves the model in use."""
+        if self.importing == resolved:
+            self.importing = ""
+            self.status_label.setText(self._status_before_import)
+        if problems:
+            name = Path(resolved).name
+            reasons = [p[len(name) + 2:] if p.startswith(name + ": ") else p for p in problems]
+            message = self.tr("%1 was not imported: %2").replace("%1", name).replace("%2", "; ".join(reasons))
+            if self.model_path:
+                message += " " + self.tr("The model in use stays loaded.")
+            self.show_error(message)
+            self.modelImportRefused.emit(message)
+            return
         if resolved not in self.settings.local_models:
             self.settings.local_models.append(resolved)
             self.save_settings()
         self.refresh_models()
         self.load_model(resolved)
-        return True
 
     # ------------------------------------------------------------------ chatting
     def sampling(self) -> Any:
@@ -651,6 +868,7 @@ class MainWindow(QMainWindow):
             self.send()
 
     def send(self, text: str | None = None) -> bool:
+        self._t_send = time.perf_counter()  # the time to first token counts from here
         text = self.input.toPlainText() if text is None else text
         if not text.strip():
             return False
@@ -660,14 +878,14 @@ class MainWindow(QMainWindow):
             self.show_error(self.tr("Load a model first (Models… or the model picker)."))
             return False
         if self.conversation_id is None:
-            c = self.store.create_conversation(_title_from(text), model=model_key(self.model_path))
+            c = self.store.create_conversation(_title_from(text), model=model_name(self.model_path))
             self.conversation_id = c.id
         elif self._editing_from is not None:
             self.store.delete_messages_from(self.conversation_id, self._editing_from)
             self.chat_view.remove_from(self._editing_from)
         self._editing_from = None
         conv = self.store.conversation(self.conversation_id)
-        if conv and conv.title == self.tr("New chat") and not self.store.messages(self.conversation_id):
+        if conv and is_default_title(conv.title) and not self.store.messages(self.conversation_id):
             self.store.rename_conversation(self.conversation_id, _title_from(text))
         msg = self.store.add_message(self.conversation_id, "user", text)
         self.chat_view.add_message(msg.id, "user", text)
@@ -692,16 +910,19 @@ class MainWindow(QMainWindow):
     def _start_generation(self) -> None:
         messages = self._history_messages()
         reply = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)
-        self.store.set_conversation_model(self.conversation_id, model_key(self.model_path))
+        self.store.set_conversation_model(self.conversation_id, model_name(self.model_path))
         self._saver = StreamingMessageSaver(self.store, reply.id)
         self._reply_widget = self.chat_view.add_message(reply.id, "assistant")
         self._reply_widget.set_status(self.tr("generating…"))
         self._request_id = self.host.next_request_id()
         self._cancel = CancelToken()
         self.clear_banner()
-        self.gauges.generation_started()
+        started_at = self._t_send or time.perf_counter()
+        self._t_send = 0.0
+        self.gauges.generation_started(started_at)
         self._update_state()
-        self.host.requestGenerate.emit(self._request_id, messages, generation_settings(self.sampling()), self._cancel)
+        self.host.requestGenerate.emit(self._request_id, messages, generation_settings(self.sampling()), self._cancel,
+                                       started_at)
 
     def stop(self) -> None:
         """Esc / Stop: the engine stops within one token; the DoneEvent still arrives."""
@@ -742,11 +963,12 @@ class MainWindow(QMainWindow):
         self.status_label.setText(self.tr("Ready"))
         self.generationFinished.emit(request_id)
 
-    def _on_failed(self, request_id: int, message: str) -> None:
+    def _on_failed(self, request_id: int, error: UserError) -> None:
         if request_id != self._request_id:
             return
+        message = error_text(error)  # stored as a code, translated when shown (also after a language switch)
         if self._saver is not None:
-            self._saver.finish(stats={"finish_reason": "error", "error": message})
+            self._saver.finish(stats={"finish_reason": "error", **error.to_stats()})
             widget = self._live_reply_widget()
             if widget is not None:
                 widget.set_status(self.tr("Error: %1").replace("%1", message))
@@ -773,14 +995,14 @@ class MainWindow(QMainWindow):
         if not stats:
             return ""
         if stats.get("finish_reason") == "error":
-            return self.tr("Error: %1").replace("%1", str(stats.get("error", "")))
+            return self.tr("Error: %1").replace("%1", error_text(UserError.from_stats(stats)))
         parts = []
         if stats.get("generated_tokens") is not None:
             parts.append(self.tr("%1 tokens").replace("%1", str(stats.get("generated_tokens"))))
         if stats.get("decode_tok_s"):
             parts.append(self.tr("%1 tok/s").replace("%1", f"{float(stats['decode_tok_s']):.1f}"))
-        if stats.get("ttft_s"):
-            parts.append(self.tr("first token %1 s").replace("%1", f"{float(stats['ttft_s']):.2f}"))
+        if stats.get("ttft_s"):  # the same figure and format as the First token gauge
+            parts.append(self.tr("first token %1").replace("%1", format_seconds(float(stats["ttft_s"]))))
         reason = stats.get("finish_reason")
         if reason == "cancelled":
             parts.append(self.tr("stopped"))
@@ -808,6 +1030,7 @@ class MainWindow(QMainWindow):
     def regenerate(self, message_id: int) -> None:
         if self.generating or not self.model_info or self.conversation_id is None:
             return
+        self._t_send = time.perf_counter()
         self.store.delete_messages_from(self.conversation_id, message_id)
         self.chat_view.remove_from(message_id)
         if not any(m.role == "user" for m in self.store.messages(self.conversation_id)):
@@ -827,6 +1050,12 @@ class MainWindow(QMainWindow):
             self.summarize_file(path)
 
     def summarize_file(self, path: str) -> None:
+        if self.loading and not self.model_info:
+            # "Open with" at start, or a drop while the model loads: summarize once it is loaded
+            self._pending_document = path
+            self.show_notice(self.tr("%1 will be summarized as soon as the model is loaded.")
+                             .replace("%1", Path(path).name))
+            return
         if not self.model_info:
             self.show_error(self.tr("Load a model first (Models… or the model picker)."))
             return
@@ -856,37 +1085,86 @@ class MainWindow(QMainWindow):
             return
         self._summary_doc = doc
         self._summary_request = self.host.next_request_id()
-        dlg = QProgressDialog(self.tr("Summarizing %1…").replace("%1", doc.name), self.tr("Cancel"), 0, 0, self)
-        dlg.setWindowTitle(self.tr("Summarizing"))
-        dlg.setAccessibleName(self.tr("Summarizing progress"))
-        dlg.setWindowModality(Qt.WindowModality.WindowModal)
-        dlg.setMinimumDuration(0)
-        dlg.setAutoClose(False)
-        dlg.setAutoReset(False)
+        self._summary_saver = None
+        self._summary_widget = None
+        dlg = SummaryProgressDialog(doc.name, self)
         dlg.canceled.connect(self.stop)
         dlg.show()
         self._summary_dialog = dlg
         self.status_label.setText(self.tr("Summarizing %1…").replace("%1", doc.name))
-        sampling = self.sampling()
-        ctx = int(self.model_info.get("context_length") or 2048)
-        # The user's "max new tokens" bounds each partial summary; by default a quarter of the context.
-        answer_tokens = int(sampling.max_new_tokens or max(32, min(512, ctx // 4)))
-        self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name, generation_settings(sampling),
-                                        self._summary_cancel, answer_tokens)
+        # answer_tokens 0: each part's answer budget comes from the context (app.summarize.answer_budget),
+        # never from the chat's "Max new tokens" (3000 on a 4,096-token context made 36 parts, not 11).
+        self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name,
+                                        generation_settings(self.sampling()), self._summary_cancel, 0)
+
+    def _summary_reply(self) -> MessageWidget | None:
+        """The summary's reply in the chat, made when its first part starts: the request and an
+        assistant message that each part streams into, saved as it streams (like a chat reply)."""
+        doc = self._summary_doc
+        if self._summary_saver is None and doc is not None:
+            self._summary_new_conversation = self.conversation_id is None
+            if self.conversation_id is None:
+                c = self.store.create_conversation(self.tr("Summary of %1").replace("%1", doc.name),
+                                                   model=model_name(self.model_path))
+                self.conversation_id = c.id
+            request_text = self.tr("Summarize the document %1").replace("%1", doc.name)
+            um = self.store.add_message(self.conversation_id, "user", request_text)
+            am = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)
+            self._summary_request_message = um.id
+            self._summary_saver = StreamingMessageSaver(self.store, am.id)
+            self.chat_view.add_message(um.id, "user", request_text)
+            self._summary_widget = self.chat_view.add_message(am.id, "assistant")
+            self._summary_widget.set_status(self.tr("summarizing…"))
+            self.refresh_conversations()
+            self._update_state()
+        w = self._summary_widget
+        return w if w is not None and w in self.chat_view.widgets else None
+
+    def _summary_append(self, text: str) -> None:
+        widget = self._summary_reply()
+        if self._summary_saver is not None:
+            self._summary_saver.append(text)
+        if widget is not None:
+            widget.append("answer", text)
+
+    def _on_summary_step(self, request_id: int, step: Any) -> None:
+        """A generation of the summary starts or ends: a heading in the reply, and the gauges fed
+        exactly as for a chat reply (live speed while it streams, the engine's numbers and a chart bar at the end)."""
+        if request_id != self._summary_request:
+            return
+        if step.stats is not None:
+            self.gauges.generation_done(step.stats)
+            return
+        if step.stage == "map" and step.parts > 1:
+            heading = self.tr("Part %1 of %2").replace("%1", str(step.part)).replace("%2", str(step.parts))
+        elif step.stage == "reduce":
+            heading = (self.tr("Combining the partial summaries (step %1 of about %2)")
+                       .replace("%1", str(step.step)).replace("%2", str(step.total)))
+        else:
+            heading = ""
+        if heading:
+            started = self._summary_saver is not None and self._summary_saver.content
+            self._summary_append(("\n\n" if started else "") + f"**{heading}**\n\n")
+        else:
+            self._summary_reply()
+        self.gauges.generation_started()
+        self.gauges.set_prompt_tokens(int(step.prompt_tokens))
+
+    def _on_summary_tokens(self, request_id: int, pieces: list) -> None:
+        if request_id != self._summary_request:
+            return
+        self._summary_append("".join(pieces))
+        self.gauges.pieces_received(len(pieces))
 
     def _on_summary_progress(self, request_id: int, p: Any) -> None:
         dlg = self._summary_dialog
         if request_id != self._summary_request or dlg is None:
             return
-        stage = self.tr("reading the parts") if p.stage == "map" else self.tr("combining the summaries")
-        dlg.setLabelText(self.tr("Summarizing %1: step %2 of about %3 (%4)")
-                         .replace("%1", self._summary_doc.name if self._summary_doc else "")
-                         .replace("%2", str(p.done)).replace("%3", str(p.total)).replace("%4", stage))
-        dlg.setMaximum(max(p.total, 1))
-        dlg.setValue(min(p.done, p.total))  # may process events (modal dialog): nothing may follow
+        dlg.show_progress(p)  # may process events (modal dialog): nothing may follow
 
     def _close_summary_dialog(self) -> None:
         if self._summary_dialog is not None:
+            self._summary_dialog.done_with()
             self._summary_dialog.canceled.disconnect(self.stop)
             self._summary_dialog.close()
             self._summary_dialog.deleteLater()
@@ -895,48 +1173,88 @@ class MainWindow(QMainWindow):
         self.status_label.setText(self.tr("Ready"))
         self._update_state()
 
+    def _discard_summary_reply(self) -> None:
+        """Nothing was finished: take back the request and the empty reply (and a chat made for them)."""
+        if self._summary_saver is None:
+            return
+        reply = self.store.message(self._summary_saver.message_id)
+        cid = reply.conversation_id if reply is not None else self.conversation_id
+        if cid is not None:
+            self.store.delete_messages_from(cid, self._summary_request_message)
+        self.chat_view.remove_from(self._summary_request_message)
+        if self._summary_new_conversation and cid is not None and not self.store.messages(cid):
+            self.store.delete_conversation(cid)
+            if self.conversation_id == cid:
+                self.conversation_id = None
+        self._summary_saver = None
+        self._summary_widget = None
+        self.refresh_conversations()
+        self._update_state()
+
     def _on_summary_done(self, request_id: int, result: Any) -> None:
+        """Finished, cancelled or stopped by an error: what was done is always kept and shown."""
         if request_id != self._summary_request:
             return
         self._close_summary_dialog()
         self.last_summary = result
-        doc = self._summary_doc
         coverage = self.coverage_text(result)
-        if not result.summary.strip():
-            self.show_notice(self.tr("Summarizing was cancelled before any part was done.") + " " + coverage)
+        failure = summary_error_text(result.failure) if result.failure is not None else ""
+        if result.failure is not None:
+            self.gauges.generation_failed()
+        if not result.chunk_summaries:
+            self._discard_summary_reply()
+            if failure:
+                self.show_error(self.tr("Summarizing failed: %1").replace("%1", failure))
+            else:
+                self.show_notice(self.tr("Summarizing was cancelled before any part was done.") + " " + coverage)
             return
-        if self.conversation_id is None:
-            c = self.store.create_conversation(self.tr("Summary of %1").replace("%1", doc.name),
-                                               model=model_key(self.model_path))
-            self.conversation_id = c.id
-        request_text = self.tr("Summarize the document %1").replace("%1", doc.name)
-        um = self.store.add_message(self.conversation_id, "user", request_text)
-        body = result.summary + "\n\n---\n*" + coverage + "*"
-        am = self.store.add_message(self.conversation_id, "assistant", body,
-                                    stats={"summary_chunks": result.chunks, "summary_chunks_used": result.chunks_used,
-                                           "document_chars": result.total_chars, "used_chars": result.used_chars})
-        self.chat_view.add_message(um.id, "user", request_text)
-        self.chat_view.add_message(am.id, "assistant", body)
+        widget = self._summary_reply()
+        text = result.summary if result.complete else result.partial_text(
+            lambda k, n: self.tr("Part %1 of %2").replace("%1", str(k)).replace("%2", str(n)))
+        body = text + "\n\n---\n*" + coverage + "*"
+        stats = {"summary_chunks": result.chunks, "summary_chunks_used": result.chunks_used,
+                 "summary_complete": result.complete, "document_chars": result.total_chars,
+                 "used_chars": result.used_chars}
+        if self._summary_saver is not None:
+            self._summary_saver.finish(body, "", stats)
+        if widget is not None:
+            widget.set_text(body, "")
+            widget.set_status("")
+        self._summary_saver = None
+        self._summary_widget = None
         self.refresh_conversations()
         self._update_state()
-        if result.cancelled:
+        if failure:
+            self.show_error(self.tr("Summarizing stopped early: %1").replace("%1", failure) + " " + coverage)
+        elif result.cancelled:
             self.show_notice(coverage)
 
     def coverage_text(self, result: Any) -> str:
+        """How much of the document the shown text covers, always said (never silently partial)."""
         pct = f"{100 * result.fraction_used:.0f}"
-        if result.cancelled:
-            return (self.tr("Cancelled: the summary covers %1 of %2 parts (%3% of the document).")
-                    .replace("%1", str(result.chunks_used)).replace("%2", str(result.chunks)).replace("%3", pct))
-        if result.chunks == 1:
-            return self.tr("The whole document was read (%1 tokens, one part).").replace("%1", str(result.total_tokens))
-        return (self.tr("The whole document was read: %1 tokens in %2 parts, summarized and combined.")
-                .replace("%1", str(result.total_tokens)).replace("%2", str(result.chunks)))
+        if result.complete:
+            if result.chunks == 1:
+                return (self.tr("The whole document was read (%1 tokens, one part).")
+                        .replace("%1", str(result.total_tokens)))
+            return (self.tr("The whole document was read: %1 tokens in %2 parts, summarized and combined.")
+                    .replace("%1", str(result.total_tokens)).replace("%2", str(result.chunks)))
+        if result.chunks > 1 and result.chunks_used == result.chunks:
+            text = (self.tr("Cancelled while combining: all %1 parts were summarized; the partial summaries "
+                            "are shown uncombined.") if result.cancelled else
+                    self.tr("Stopped while combining: all %1 parts were summarized; the partial summaries "
+                            "are shown uncombined."))
+            return text.replace("%1", str(result.chunks))
+        text = (self.tr("Cancelled: the summary covers %1 of %2 parts (%3% of the document).") if result.cancelled
+                else self.tr("Stopped by an error: the summary covers %1 of %2 parts (%3% of the document)."))
+        return text.replace("%1", str(result.chunks_used)).replace("%2", str(result.chunks)).replace("%3", pct)
 
-    def _on_summary_failed(self, request_id: int, message: str) -> None:
+    def _on_summary_failed(self, request_id: int, error: Any) -> None:
+        """The summary could not start (the context is too small, no model): nothing was done."""
         if request_id != self._summary_request:
             return
         self._close_summary_dialog()
-        self.show_error(self.tr("Summarizing failed: %1").replace("%1", message))
+        self._discard_summary_reply()
+        self.show_error(self.tr("Summarizing failed: %1").replace("%1", summary_error_text(error)))
 
     # ------------------------------------------------------------------ drag and drop
     def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt override
@@ -999,11 +1317,33 @@ class MainWindow(QMainWindow):
             self._load_cancel.cancel()
         if self._saver is not None:
             self._saver.flush()
+        if self._summary_saver is not None:
+            self._summary_saver.flush()
         self._gauge_timer.stop()
         self.host.stop()
         QThreadPool.globalInstance().waitForDone(5000)
+        self._closed = True  # a language switch after this must not read the closed history
         self.store.close()
         super().closeEvent(event)
+
+
+# Titles that mean "not named yet": empty (since titles are stored language-neutral) and the
+# translated default that older versions stored in whichever language was active.
+LEGACY_DEFAULT_TITLES = ("New chat", "新对话")
+
+
+def is_default_title(title: str) -> bool:
+    """Whether a stored title is the untitled default (shown as "New chat" in the current language)."""
+    return not title.strip() or title in LEGACY_DEFAULT_TITLES
+
+
+def _context_fill(messages: list[Any]) -> int:
+    """Tokens the chat's last exchange used (its prompt + reply, from the stored stats); 0 if none."""
+    for m in reversed(messages):
+        stats = m.stats or {}
+        if m.role == "assistant" and stats.get("prompt_tokens"):
+            return int(stats["prompt_tokens"]) + int(stats.get("generated_tokens") or 0)
+    return 0
 
 
 def _title_from(text: str) -> str:
@@ -1025,6 +1365,9 @@ def document_error_text(exc: documents.DocumentError) -> str:
         "no_text": QCoreApplication.translate("DocumentErrors", "%1 looks like a scanned PDF with no text layer; run OCR on it first."),
         "corrupt": QCoreApplication.translate("DocumentErrors", "%1 is damaged or not the kind of file its name says."),
         "empty": QCoreApplication.translate("DocumentErrors", "%1 contains no text."),
+        "too_large_unpacked": QCoreApplication.translate("DocumentErrors", "%1 is too large when unpacked (more than %3 MB of content); it may be a compression bomb, or split it into smaller files."),
+        "folder": QCoreApplication.translate("DocumentErrors", "%1 is a folder, not a document; drop the files inside it instead."),
+        "not_file": QCoreApplication.translate("DocumentErrors", "%1 is not a regular file (it is a pipe, socket or device), so it cannot be read as a document."),
     }
     text = texts.get(exc.code)
     if text is None:

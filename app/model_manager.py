@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, Qt, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -49,11 +49,76 @@ def format_eta(seconds: float | None) -> str:
     return f"{s}s"
 
 
+def failure_text(f: Any) -> str:
+    """A :class:`runtime.hub.errors.DownloadFailure` in the user's words, translated.
+
+    Why here and not the hub's ``text()``: the hub classifies (kind, host, status, bytes kept);
+    the sentences must go through Qt's translation table, which only sees literal strings in app/.
+    """
+    from runtime.hub import errors as e
+
+    host = f.host or QCoreApplication.translate("ModelManagerDialog", "the download server")
+    kept = format_bytes(f.kept_bytes)
+    resume = QCoreApplication.translate("ModelManagerDialog", "; %1 kept, Retry resumes").replace("%1", kept) \
+        if f.resumable else ""
+    if f.kind == e.UNREACHABLE:
+        text = QCoreApplication.translate("ModelManagerDialog", "could not reach %1 (no network or blocked)") \
+            .replace("%1", host) + resume
+    elif f.kind == e.DROPPED and f.resumable:
+        text = QCoreApplication.translate("ModelManagerDialog", "the connection to %1 dropped after %2; Retry resumes") \
+            .replace("%1", host).replace("%2", kept)
+    elif f.kind == e.DROPPED:
+        text = QCoreApplication.translate("ModelManagerDialog", "the connection to %1 dropped before any data arrived; "
+                                          "Retry starts again").replace("%1", host)
+    elif f.kind == e.STALLED:
+        text = QCoreApplication.translate("ModelManagerDialog", "the download from %1 stopped sending data") \
+            .replace("%1", host) + resume
+    elif f.kind == e.NO_ANSWER:
+        text = QCoreApplication.translate("ModelManagerDialog", "%1 did not answer (network or proxy problem)") \
+            .replace("%1", host) + resume
+    elif f.kind == e.OFFLINE:
+        text = QCoreApplication.translate("ModelManagerDialog", "downloads are switched off on this computer "
+                                          "(HF_HUB_OFFLINE is set)")
+    elif f.kind == e.REFUSED:
+        if f.status == 401:
+            why = QCoreApplication.translate("ModelManagerDialog", "the access token is missing, wrong or expired")
+        elif f.status == 403:
+            why = QCoreApplication.translate("ModelManagerDialog", "the model may need its licence accepted on the "
+                                             "website, or the token lacks read permission")
+        else:
+            why = QCoreApplication.translate("ModelManagerDialog", "access denied")
+        text = QCoreApplication.translate("ModelManagerDialog", "the server refused: %1 (%2)") \
+            .replace("%1", f.status_text or host).replace("%2", why)
+    elif f.kind == e.NOT_FOUND:
+        text = QCoreApplication.translate("ModelManagerDialog", "%1 does not have this file (%2); try a mirror") \
+            .replace("%1", host).replace("%2", f.status_text or QCoreApplication.translate("ModelManagerDialog",
+                                                                                             "not found"))
+    elif f.kind == e.RATE_LIMITED:
+        if f.retry_after is not None:
+            wait = QCoreApplication.translate("ModelManagerDialog", "try again in %1 s") \
+                .replace("%1", f"{f.retry_after:.0f}")
+        else:
+            wait = QCoreApplication.translate("ModelManagerDialog", "try again later")
+        text = QCoreApplication.translate("ModelManagerDialog", "%1 is limiting downloads (%2); %3") \
+            .replace("%1", host).replace("%2", f.status_text or "429").replace("%3", wait) + resume
+    elif f.kind == e.SERVER:
+        text = QCoreApplication.translate("ModelManagerDialog", "%1 had a problem (%2); try again later or use a "
+                                          "mirror").replace("%1", host) \
+            .replace("%2", f.status_text or QCoreApplication.translate("ModelManagerDialog", "an unexpected answer")) \
+            + resume
+    else:
+        text = f.detail or QCoreApplication.translate("ModelManagerDialog", "an unexpected problem")
+    if f.hub:
+        text = f"{f.hub}: {text}"
+    parts = [text] + [failure_text(other) for other in f.also]
+    return ". ".join(part.rstrip(".") for part in parts)
+
+
 class _JobSignals(QObject):
     progress = Signal(object)  # runtime.hub.download.Progress
     notice = Signal(str)
     done = Signal(object)  # FetchResult
-    failed = Signal(str, str)  # message, error class name
+    failed = Signal(str, str)  # message, error class name (the job's ``failure`` says it in user words)
     cancelled = Signal()
 
 
@@ -68,9 +133,10 @@ class DownloadJob(QRunnable):
         self.cancel = threading.Event()
         self.signals = _JobSignals()
         self.finished = threading.Event()
+        self.failure: Any = None  # runtime.hub.errors.DownloadFailure, set before ``failed`` is emitted
 
     def run(self) -> None:
-        from runtime.hub.errors import DownloadCancelledError
+        from runtime.hub.errors import DownloadCancelledError, explain_failure
         from runtime.hub.fetch import ModelFetcher
 
         try:
@@ -83,6 +149,7 @@ class DownloadJob(QRunnable):
             if self.cancel.is_set():
                 self.signals.cancelled.emit()
             else:
+                self.failure = explain_failure(exc)
                 self.signals.failed.emit(readable_error(exc), type(exc).__name__)
         else:
             self.signals.done.emit(result)
@@ -131,6 +198,7 @@ class ModelManagerDialog(QDialog):
         self._discard_after_cancel = False
         self.last_result: Any = None
         self.last_error = ""
+        self.last_failure: Any = None  # runtime.hub.errors.DownloadFailure of the last failed download
         self.hardware = hardware
         self.catalog = catalog
         self.catalog_error = ""
@@ -215,7 +283,10 @@ class ModelManagerDialog(QDialog):
         self.cancel_button = button(self.tr("Cancel"), self.tr("Cancel the download and delete the partial file"),
                                     self.cancel)
         self.use_button = button(self.tr("Use"), self.tr("Load the selected model and chat"), self.use_selected)
-        self.delete_button = button(self.tr("Delete"), self.tr("Delete the selected model file"), self.delete_selected)
+        self.delete_button = button(self.tr("Delete…"), self.tr("Remove the selected model (asks first, says what "
+                                                                "happens to its file)"),
+                                    lambda: self.delete_selected(confirm=True))  # clicked(bool) must not fill it
+        self.confirm_box: QMessageBox | None = None
         row.addStretch(1)
         self.import_file_button = button(self.tr("Import file…"), self.tr("Import a .gguf or .ternary file"),
                                          self.import_file)
@@ -273,6 +344,7 @@ class ModelManagerDialog(QDialog):
     def refresh(self) -> None:
         selected = self.selected_key()
         self._rows = self.rows()
+        self.table.clearSelection()  # rows move when one goes: select by key below, never by position
         self.table.setRowCount(len(self._rows))
         fit_text = {FITS_GPU: self.tr("Yes, on the GPU"), FITS_CPU: self.tr("On the CPU only (slow)"),
                     NO_FIT: self.tr("No (not enough memory)"), "unknown": self.tr("Unknown"), None: ""}
@@ -362,6 +434,7 @@ class ModelManagerDialog(QDialog):
         self.job_row_key = key
         self.last_result = None
         self.last_error = ""
+        self.last_failure = None
         self._discard_after_cancel = False
         s = self.job.signals
         s.progress.connect(self._on_progress)
@@ -412,11 +485,13 @@ class ModelManagerDialog(QDialog):
         self._finish_job()
 
     def _on_failed(self, message: str, kind: str) -> None:
-        self.last_error = message
+        failure = self.job.failure if self.job is not None else None
+        self.last_failure = failure
+        self.last_error = failure_text(failure) if failure is not None else message
         self.result_label.setProperty("kind", "error")
         prefix = self.tr("Verification failed") if kind in ("VerificationError", "HubPinMismatchError") \
             else self.tr("Download failed")
-        self.result_label.setText(f"{prefix}: {message}")
+        self.result_label.setText(f"{prefix}: {self.last_error}")
         self.progress_label.clear()
         self._finish_job()
 
@@ -457,13 +532,43 @@ class ModelManagerDialog(QDialog):
             self.window.load_model(path)
             self.accept()
 
+    def delete_question(self, row: dict[str, Any]) -> tuple[str, str]:
+        """(question, confirm-button text): exactly what Delete does to the file, by the model's origin.
+
+        A download lives in the models folder and belongs to the app: Delete deletes the file. An
+        import is the user's own file used in place: Delete only forgets it.
+        """
+        item = row["installed"]
+        if item is not None:
+            path = Path(item.path)
+            if not path.exists():
+                return (self.tr("Remove %1 from the list? Its file %2 is already gone.").replace("%1", row["name"])
+                        .replace("%2", str(path)), self.tr("Remove from list"))
+            text = self.tr("Remove %1 from the list and delete the file (%2)?\n%3").replace("%1", row["name"]) \
+                .replace("%2", format_bytes(_size_of(path))).replace("%3", str(path))
+            if self.window is not None and self.window.model_path == str(path):
+                text += "\n" + self.tr("It is the model in use: it will be unloaded first.")
+            return text, self.tr("Delete file")
+        return (self.tr("Remove %1 from the list? The file stays at %2.").replace("%1", row["name"])
+                .replace("%2", str(row.get("local", ""))), self.tr("Remove from list"))
+
+    def _confirm_delete(self, row: dict[str, Any]) -> bool:
+        question, action = self.delete_question(row)
+        box = QMessageBox(QMessageBox.Icon.Question, self.tr("Delete model"), question, parent=self)
+        yes = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
+        no = box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(no)  # a stray Enter keeps the model
+        box.setEscapeButton(no)
+        self.confirm_box = box
+        box.exec()
+        self.confirm_box = None
+        return box.clickedButton() is yes
+
     def delete_selected(self, confirm: bool = True) -> None:
         row = self.selected_row()
         if row is None:
             return
-        if confirm and QMessageBox.question(self, self.tr("Delete model"),
-                                            self.tr("Delete %1 from this computer?").replace("%1", row["name"])) \
-                != QMessageBox.StandardButton.Yes:
+        if confirm and not self._confirm_delete(row):
             return
         if row["installed"] is not None:
             from runtime.hub.store import ModelStore
@@ -479,6 +584,10 @@ class ModelManagerDialog(QDialog):
             self.window.settings.local_models = [p for p in self.window.settings.local_models if p != row["local"]]
             self.window.save_settings()
         self.refresh()
+        # no row stays selected: the next row must not become the target of a second click on Delete
+        self.table.clearSelection()
+        self.table.setCurrentCell(-1, -1)
+        self._update_buttons()
         if self.window is not None:
             self.window.refresh_models()
             self.window._update_state()

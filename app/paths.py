@@ -9,15 +9,37 @@ Windows, ``~/Library`` on macOS).
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 from runtime.hub.paths import APP_NAME, HOME_ENV, HubPaths
 
-__all__ = ["APP_NAME", "HOME_ENV", "config_dir", "data_dir", "default_models_dir", "log_dir"]
+__all__ = ["APP_NAME", "HOME_ENV", "config_dir", "data_dir", "default_models_dir", "log_dir", "moved_aside"]
+
+# (where a folder was expected, where the file found there was moved): the app tells the user.
+moved_aside: list[tuple[Path, Path]] = []
 
 
 def _ensure(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
+    """Create the folder; a file (or anything else) in its place is moved aside, never deleted.
+
+    Why: the app must start even when something else sits where its folder belongs; the user
+    is told where the thing was moved (see :data:`moved_aside`).
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in (path, *path.parents) if (p.exists() or p.is_symlink()) and not p.is_dir()), None)
+        if blocker is None:
+            raise
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target, n = blocker.with_name(f"{blocker.name}.damaged-{stamp}"), 2
+        while target.exists() or target.is_symlink():
+            target, n = blocker.with_name(f"{blocker.name}.damaged-{stamp}-{n}"), n + 1
+        os.replace(blocker, target)
+        moved_aside.append((blocker, target))
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 

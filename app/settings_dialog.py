@@ -1,21 +1,22 @@
 """Settings dialog: sampling (per model), hardware, downloads, interface.
 
-Why every number is a line edit with a validator plus an inline explanation: an empty field means
-"the model file's default" (shown as the placeholder), which a spin box cannot express, and a
-refused value must say *why* next to the field — not in a dialog after OK. The ranges and the
-sentences come from :data:`app.settings_model.LIMITS`, the same ones the settings file is
-checked against. OK/Apply stay disabled while any field is invalid.
+Why every number is a plain line edit plus an inline explanation: an empty field means "the
+model file's default" (shown as the placeholder), which a spin box cannot express, and a refused
+value must say *why* next to the field — not in a dialog after OK, and not by silently eating the
+keystroke as a QValidator does. The ranges come from :data:`app.settings_model.LIMITS`, the same
+ones the settings file is checked against; Max new tokens is also bounded by the context in use.
+OK/Apply stay disabled while any field is invalid.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, Signal
-from PySide6.QtGui import QDoubleValidator, QIntValidator, QValidator
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -78,13 +79,8 @@ class NumberField(QWidget):
         self.edit = QLineEdit()
         self.edit.setAccessibleName(accessible)
         self.edit.setPlaceholderText(placeholder)
-        if self.limit.integer:
-            top = int(min(self.limit.high, 2**31 - 1))
-            self.edit.setValidator(QIntValidator(int(min(self.limit.low, 0)), top, self.edit))
-        else:
-            v = QDoubleValidator(min(self.limit.low, -1e9) if self.limit.low < 0 else 0.0, 1e9, 4, self.edit)
-            v.setNotation(QDoubleValidator.Notation.StandardNotation)
-            self.edit.setValidator(v)
+        # No QValidator: it silently refuses keystrokes ("-1" became "1", "abc" vanished). Whatever
+        # is typed stays in the field and recheck() says why it is refused, as for a value out of range.
         self.error = QLabel()
         self.error.setObjectName("inlineError")
         self.error.setWordWrap(True)
@@ -92,7 +88,7 @@ class NumberField(QWidget):
         self.error.setAccessibleName(accessible + " – error")
         lay.addWidget(self.edit)
         lay.addWidget(self.error)
-        self.edit.textChanged.connect(self._check)
+        self.edit.textChanged.connect(self.recheck)
         self.problem: str | None = None
         self.extra_check = None  # optional callable(value) -> problem or None
 
@@ -103,30 +99,60 @@ class NumberField(QWidget):
             self.edit.setText(str(int(value)))
         else:
             self.edit.setText(f"{float(value):g}")
-        self._check()
+        self.recheck()
 
     def value(self) -> float | int | None:
+        """The number typed (``None`` when empty); raises ValueError for text that is not one."""
         text = self.edit.text().strip().replace(",", ".")
         if not text:
             return None
-        return int(text) if self.limit.integer else float(text)
+        if self.limit.integer:
+            try:
+                return int(text)  # exact, also for seeds beyond float precision
+            except ValueError:
+                pass
+        number = float(text)
+        if not math.isfinite(number):
+            raise ValueError(text)
+        if self.limit.integer:
+            if number != int(number):
+                raise ValueError(text)
+            return int(number)
+        return number
 
-    def _check(self) -> None:
+    def explanation(self) -> str:
+        """The field's range sentence in the interface language (the English one is in LIMITS)."""
+        texts = {
+            "temperature": self.tr("Temperature must be between 0 (greedy, always the likeliest token) and 2."),
+            "top_p": self.tr("Top-p must be above 0 and at most 1 (1 turns it off)."),
+            "top_k": self.tr("Top-k must be a whole number from 0 (off) to 1000."),
+            "min_p": self.tr("Min-p must be between 0 (off) and 1."),
+            "repetition_penalty": self.tr("Repetition penalty must be between 0.5 and 2 (1 turns it off)."),
+            "presence_penalty": self.tr("Presence penalty must be between -2 and 2 (0 turns it off)."),
+            "max_new_tokens": self.tr("Max new tokens must be a whole number from 1 to 262144."),
+            "seed": self.tr("The seed must be a whole number from 0 to 18446744073709551615 (empty = random)."),
+            "context_length": self.tr("Context length must be 0 (Auto) or a whole number of tokens up to 1048576."),
+            "vram_cap_gib": self.tr("The VRAM cap must be 0 (no cap) or a size in GiB up to 4096."),
+        }
+        return texts.get(self.name, self.limit.explanation)
+
+    def recheck(self) -> None:
         text = self.edit.text().strip()
         problem = None
         if not text:
             if not self.optional:
-                problem = self.limit.explanation
+                problem = self.explanation()
         else:
-            state = self.edit.validator().validate(text, 0)[0]
             try:
                 value = self.value()
-            except ValueError:
+            except (ValueError, OverflowError):
                 value = None
-            if value is None or state == QValidator.State.Invalid:
-                problem = self.limit.explanation
+            if value is None:
+                kind = self.tr("a whole number") if self.limit.integer else self.tr("a number")
+                problem = (self.tr("“%1” is not %2.").replace("%1", text).replace("%2", kind) + " "
+                           + self.explanation())
             else:
-                problem = self.limit.check(value)
+                problem = self.explanation() if self.limit.check(value) else None
                 if problem is None and self.extra_check is not None:
                     problem = self.extra_check(value)
         self.problem = problem
@@ -166,6 +192,8 @@ class SettingsDialog(QDialog):
         for f in self.fields.values():
             f.validityChanged.connect(self._update_buttons)
         self._update_buttons()
+        if "temperature" in self.fields:  # typing starts in the first field, not on the tab bar
+            self.fields["temperature"].edit.setFocus()
 
     def _build_tabs(self) -> None:
         self.tabs.setAccessibleName(self.tr("Settings sections"))
@@ -223,9 +251,13 @@ class SettingsDialog(QDialog):
     def _sampling_tab(self) -> QWidget:
         w = QWidget()
         outer = QVBoxLayout(w)
-        who = self.model_key or self.tr("(no model loaded: defaults for models without their own settings)")
+        who = Path(self.model_key).name if self.model_key else \
+            self.tr("(no model loaded: defaults for models without their own settings)")
         self.sampling_caption = QLabel(self.tr("Sampling for: %1").replace("%1", who))
         self.sampling_caption.setWordWrap(True)
+        if self.model_key:  # kept per file: two files of the same name have their own settings
+            self.sampling_caption.setToolTip(self.model_key)
+            self.sampling_caption.setAccessibleDescription(self.model_key)
         outer.addWidget(self.sampling_caption)
         form = QFormLayout()
         outer.addLayout(form)
@@ -235,6 +267,7 @@ class SettingsDialog(QDialog):
                   "seed": self.tr("Seed")}
         for name in SAMPLING_FIELDS:
             self._number(form, name, labels[name])
+        self.fields["max_new_tokens"].extra_check = self._max_new_tokens_check
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setAccessibleName(self.tr("System prompt"))
         self.system_prompt.setPlaceholderText(self.tr("Optional instructions sent before every conversation"))
@@ -306,6 +339,7 @@ class SettingsDialog(QDialog):
 
         ctx.extra_check = ctx_check
         ctx.edit.textChanged.connect(self._update_cost)
+        ctx.edit.textChanged.connect(self._recheck_max_new_tokens)
         self.cost_label = QLabel()
         self.cost_label.setWordWrap(True)
         self.cost_label.setAccessibleName(self.tr("Memory cost of the context length"))
@@ -461,8 +495,9 @@ class SettingsDialog(QDialog):
         self.theme_combo.setAccessibleName(self.tr("Theme"))
         self.theme_combo.addItem(self.tr("Light"), "light")
         self.theme_combo.addItem(self.tr("Dark"), "dark")
+        self.theme_combo.addItem(self.tr("System (follow the desktop)"), "system")
         form.addRow(self.tr("Theme"), self.theme_combo)
-        note = QLabel(self.tr("The theme and the language change at once."))
+        note = QLabel(self.tr("The theme and the language change when you click Apply or OK; no restart is needed."))
         note.setWordWrap(True)
         form.addRow("", note)
         return w
@@ -579,7 +614,31 @@ class SettingsDialog(QDialog):
         for b in (QDialogButtonBox.StandardButton.Ok, QDialogButtonBox.StandardButton.Apply):
             self.buttons.button(b).setEnabled(ok)
 
+    def context_in_use(self) -> int:
+        """The context a reply will have: the manual length typed here, else the loaded model's (0 = unknown)."""
+        if hasattr(self, "auto_context") and not self.auto_context.isChecked() and "context_length" in self.fields:
+            try:
+                typed = self.fields["context_length"].value()
+            except (ValueError, OverflowError):
+                typed = None
+            if typed:
+                return int(typed)
+        return int(self.window.model_info.get("context_length") or 0)
+
+    def _max_new_tokens_check(self, value: float) -> str | None:
+        """An answer cannot be longer than the context minus the prompt (at least one token)."""
+        ctx = self.context_in_use()
+        if ctx and value > ctx - 1:
+            return (self.tr("At most %1: the context in use holds %2 tokens, and the prompt takes at least one.")
+                    .replace("%1", str(ctx - 1)).replace("%2", str(ctx)))
+        return None
+
+    def _recheck_max_new_tokens(self, *_: object) -> None:
+        if "max_new_tokens" in self.fields:
+            self.fields["max_new_tokens"].recheck()
+
     def _context_mode_changed(self, auto: bool) -> None:
+        self._recheck_max_new_tokens()
         self.fields["context_length"].setEnabled(not auto)
         self._update_cost()
         if hasattr(self, "buttons"):

@@ -14,46 +14,24 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from runtime.atomic import write_text_atomic
+from runtime.sampling_params import DEVICE_EXPLANATION, RULES, Range, check_device
 
 log = logging.getLogger(__name__)
 
 SETTINGS_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Limit:
-    """Allowed numeric range of a setting and what the user should read when outside it."""
-
-    low: float
-    high: float
-    explanation: str
-    integer: bool = False
-
-    def check(self, value: float) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            return self.explanation
-        if self.integer and int(value) != value:
-            return self.explanation
-        if not self.low <= value <= self.high:
-            return self.explanation
-        return None
-
+# One definition of the sampling ranges for the app, the CLI and the engine (runtime/sampling_params.py):
+# the dialog, AppSettings.validate, `ternary generate` flags and Engine.generate all read RULES.
+Limit = Range
 
 LIMITS: dict[str, Limit] = {
-    "temperature": Limit(0.0, 2.0, "Temperature must be between 0 (greedy, always the likeliest token) and 2."),
-    "top_p": Limit(0.01, 1.0, "Top-p must be above 0 and at most 1 (1 turns it off)."),
-    "top_k": Limit(0, 1000, "Top-k must be a whole number from 0 (off) to 1000.", integer=True),
-    "min_p": Limit(0.0, 1.0, "Min-p must be between 0 (off) and 1."),
-    "repetition_penalty": Limit(0.5, 2.0, "Repetition penalty must be between 0.5 and 2 (1 turns it off)."),
-    "presence_penalty": Limit(-2.0, 2.0, "Presence penalty must be between -2 and 2 (0 turns it off)."),
-    "max_new_tokens": Limit(1, 262144, "Max new tokens must be a whole number from 1 to 262144.", integer=True),
-    "seed": Limit(0, 2**63 - 1, "The seed must be a whole number of 0 or more (empty = random).", integer=True),
+    **{name: RULES[name] for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                      "presence_penalty", "max_new_tokens", "seed")},
     "context_length": Limit(0, 1_048_576, "Context length must be 0 (Auto) or a whole number of tokens up to 1048576.",
                             integer=True),
     "vram_cap_gib": Limit(0.0, 4096.0, "The VRAM cap must be 0 (no cap) or a size in GiB up to 4096."),
@@ -68,7 +46,7 @@ KV_PRECISIONS = ("auto", "fp16", "bf16", "int8")
 DECODE_PRECISIONS = ("int8", "exact")
 SOURCES = ("auto", "hf", "modelscope")  # same names as runtime.hub.settings
 LANGUAGES = ("en", "zh_CN")
-THEMES = ("light", "dark")
+THEMES = ("light", "dark", "system")  # system = follow the desktop's light/dark scheme, live
 
 
 @dataclass
@@ -116,9 +94,8 @@ class HardwareSettings:
 
     def validate(self) -> list[tuple[str, str]]:
         errors = []
-        d = self.device if isinstance(self.device, str) else ""
-        if not (d in DEVICES_FIXED or (d.startswith("cuda:") and d[5:].isdigit())):
-            errors.append(("device", "Device must be auto, cpu, cuda or cuda:N (N = GPU number)."))
+        if check_device(self.device):
+            errors.append(("device", DEVICE_EXPLANATION))
         for name in ("context_length", "vram_cap_gib"):
             problem = LIMITS[name].check(getattr(self, name))
             if problem:
@@ -167,13 +144,16 @@ class InterfaceSettings:
     language: str = "en"
     theme: str = "light"
     show_thinking: bool = True
+    show_performance_panel: bool = True  # View → Show performance panel (Ctrl+Shift+P)
 
     def validate(self) -> list[tuple[str, str]]:
         errors = []
         if self.language not in LANGUAGES:
             errors.append(("language", "Language must be en or zh_CN."))
         if self.theme not in THEMES:
-            errors.append(("theme", "Theme must be light or dark."))
+            errors.append(("theme", "Theme must be light, dark or system."))
+        if not isinstance(self.show_performance_panel, bool):
+            errors.append(("show_performance_panel", "show_performance_panel must be true or false."))
         return errors
 
 
@@ -222,54 +202,44 @@ class AppSettings:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> AppSettings:
-        """Build from JSON data; unknown keys are ignored and invalid sections fall back to defaults."""
-        s = cls()
-        for section, klass in (("hardware", HardwareSettings), ("downloads", DownloadSettings),
-                               ("interface", InterfaceSettings)):
-            value = _build(klass, data.get(section))
-            if value is not None and not value.validate():
-                setattr(s, section, value)
-            elif section in data:
-                log.warning("settings: invalid %s section ignored, using defaults", section)
-        for key, raw in (data.get("sampling") or {}).items():
-            value = _build(SamplingSettings, raw)
-            if value is not None and not value.validate():
-                s.sampling[str(key)] = value
-            else:
-                log.warning("settings: invalid sampling settings for one model ignored")
-        s.last_model = str(data.get("last_model") or "")
-        s.local_models = [str(p) for p in data.get("local_models") or [] if isinstance(p, str)]
-        s.first_run_done = bool(data.get("first_run_done", False))
+        """Build from JSON data: every valid value is kept, each invalid one alone falls back to its default."""
+        from app.settings_file import build_settings
+
+        reset: list[str] = []
+        s = build_settings(data if isinstance(data, dict) else {}, reset)
+        if reset:
+            log.warning("settings: invalid values reset to defaults: %s", ", ".join(reset))
         return s
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> AppSettings:
-        path = Path(path) if path else default_settings_path()
+        return cls.load_with_report(path)[0]
+
+    @classmethod
+    def load_with_report(cls, path: str | Path | None = None, repair: bool = True) -> tuple[AppSettings, Any]:
+        """Settings and an :class:`app.settings_file.SettingsLoadReport` of what was wrong with the file.
+
+        Never raises: a damaged file is kept as a copy, every valid value survives, gaps are filled
+        from the last good copy (see :mod:`app.settings_file`).
+        """
+        from app.settings_file import SettingsLoadReport, load_settings
+
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return cls()
-        except (OSError, ValueError) as exc:
-            log.warning("settings file %s unreadable (%s); using defaults", path, type(exc).__name__)
-            return cls()
-        return cls.from_dict(data if isinstance(data, dict) else {})
+            path = Path(path) if path else default_settings_path()
+        except OSError as exc:  # the config folder cannot be created
+            log.warning("settings folder unusable (%s); using defaults", exc)
+            return cls(), SettingsLoadReport(Path(str(exc.filename or "settings.json")), problems=["unreadable"])
+        return load_settings(path, repair=repair)
 
     def save(self, path: str | Path | None = None) -> Path:
+        """Atomic write; a damaged file there is kept as a copy first, and the result is also kept as ``.bak``."""
+        from app.settings_file import save_settings_text
+
         errors = self.validate()
         if errors:
             raise ValueError(errors[0][1])
         path = Path(path) if path else default_settings_path()
-        return write_text_atomic(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=2) + "\n")
-
-
-def _build(klass: type, raw: Any) -> Any:
-    if not isinstance(raw, dict):
-        return None
-    names = {f.name for f in fields(klass)}
-    try:
-        return klass(**{k: v for k, v in raw.items() if k in names})
-    except TypeError:
-        return None
+        return save_settings_text(path, json.dumps(self.to_dict(), ensure_ascii=False, indent=2) + "\n")
 
 
 def default_settings_path() -> Path:

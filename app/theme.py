@@ -1,15 +1,18 @@
-"""Light and dark themes: a QPalette for the Fusion style plus a small stylesheet.
+"""Light, dark and "system" themes: a QPalette for the Fusion style plus a small stylesheet.
 
 Why Fusion + palette: it looks the same on every OS and follows the palette completely, so a
 theme switch applies live to every open widget; the stylesheets (``resources/styles/*.qss``) only
-add spacing, message bubbles and the error banner colours.
+add spacing, message bubbles and the error banner colours. "system" picks light or dark from the
+desktop's colour scheme (``QStyleHints.colorScheme``) and switches again when the desktop does
+(``colorSchemeChanged``); a desktop that reports no scheme gets light.
 """
 
 from __future__ import annotations
 
 import logging
 
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
 from app.resources import resource_path
@@ -49,17 +52,44 @@ def palette(theme: str) -> QPalette:
     return p
 
 
+def resolve_theme(theme: str, scheme: Qt.ColorScheme | None = None) -> str:
+    """"light" or "dark" for a theme setting; "system" asks the desktop (or uses ``scheme``)."""
+    if theme != "system":
+        return theme if theme in _COLORS else "light"
+    if scheme is None:
+        scheme = QGuiApplication.styleHints().colorScheme()
+    return "dark" if scheme == Qt.ColorScheme.Dark else "light"
+
+
+_following: list[bool] = []  # whether colorSchemeChanged is connected (once per process)
+
+
+def _desktop_scheme_changed(scheme: Qt.ColorScheme) -> None:
+    """The desktop switched light/dark: follow it if the user chose "system"."""
+    app = QApplication.instance()
+    if app is not None and app.property("ternaryThemeSetting") == "system":
+        _apply(app, resolve_theme("system", scheme))
+
+
 def apply_theme(theme: str, app: QApplication | None = None) -> None:
-    """Switch the whole application to ``theme`` ("light" or "dark"), live."""
+    """Switch the whole application to ``theme`` ("light", "dark" or "system"), live."""
     app = app or QApplication.instance()
     if app is None:
         return
+    app.setProperty("ternaryThemeSetting", theme)
+    if not _following:
+        QGuiApplication.styleHints().colorSchemeChanged.connect(_desktop_scheme_changed)
+        _following.append(True)
+    _apply(app, resolve_theme(theme))
+
+
+def _apply(app: QApplication, theme: str) -> None:
     app.setStyle("Fusion")
     app.setPalette(palette(theme))
+    app.setProperty("ternaryTheme", theme)
     qss = resource_path(f"styles/{theme}.qss")
     if qss is None:
         log.warning("stylesheet for theme %s not found", theme)
         app.setStyleSheet("")
         return
     app.setStyleSheet(qss.read_text(encoding="utf-8"))
-    app.setProperty("ternaryTheme", theme)

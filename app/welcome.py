@@ -2,6 +2,10 @@
 
 Shown in place of the chat while no model is loaded and no conversation is open. Hardware
 detection imports torch, so it runs on the thread pool; the page fills in when it is done.
+
+When the download fails the page says what failed in the user's words and offers the ways on:
+Retry (a partial file resumes), "Use a mirror…" (another hub or a Hugging Face mirror), and
+"Import a file you already have".
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtCore import QEvent, Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from app.gauges import format_bytes
 from app.model_fit import FITS_GPU, Hardware, recommend
@@ -22,6 +26,11 @@ class WelcomePage(QWidget):
         self.setObjectName("welcomePage")
         self.hardware: Hardware | None = None
         self.recommendation: tuple[Any, Any] | None = None
+        self.catalog: Any = None  # runtime.hub.catalog.Catalog, loaded on first refresh (tests set their own)
+        self.fetcher_factory: Any = None  # () -> ModelFetcher; None = the hub's saved settings
+        self.download_dialog: Any = None  # the model manager showing the running download
+        self.mirror_dialog: Any = None
+        self.failure: Any = None  # runtime.hub.errors.DownloadFailure of the last failed download
         lay = QVBoxLayout(self)
         lay.setContentsMargins(48, 32, 48, 32)
         lay.addStretch(1)
@@ -50,8 +59,31 @@ class WelcomePage(QWidget):
         self.installed_label = QLabel()
         self.installed_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.installed_label.setWordWrap(True)
-        for w in (self.title, self.subtitle, self.hardware_label, self.recommend_label):
+        self.failure_label = QLabel()
+        self.failure_label.setObjectName("inlineError")
+        self.failure_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.failure_label.setWordWrap(True)
+        self.failure_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.failure_label.setAccessibleName(self.tr("Download problem"))
+        self.failure_label.setVisible(False)
+        self.retry_button = QPushButton(self.tr("Retry"))
+        self.retry_button.setObjectName("primaryButton")
+        self.retry_button.clicked.connect(self.download_recommended)
+        self.mirror_button = QPushButton(self.tr("Use a mirror…"))
+        self.mirror_button.setAccessibleName(self.tr("Download from another hub or a mirror"))
+        self.mirror_button.clicked.connect(self.choose_mirror)
+        self.import_button = QPushButton(self.tr("Import a file you already have…"))
+        self.import_button.setAccessibleName(self.tr("Import a model file from this computer"))
+        self.import_button.clicked.connect(self.import_file)
+        for w in (self.title, self.subtitle, self.hardware_label, self.recommend_label, self.failure_label):
             lay.addWidget(w)
+        failed_row = QHBoxLayout()  # shown in place of the download button after a failed download
+        failed_row.addStretch(1)
+        for b in (self.retry_button, self.mirror_button, self.import_button):
+            b.setVisible(False)
+            failed_row.addWidget(b)
+        failed_row.addStretch(1)
+        lay.addLayout(failed_row)
         row = QHBoxLayout()
         row.addStretch(1)
         row.addWidget(self.start_button)
@@ -72,6 +104,15 @@ class WelcomePage(QWidget):
         self.start_button.setAccessibleName(self.tr("Download the recommended model and start chatting"))
         self.other_button.setText(self.tr("Choose another model or import one…"))
         self.other_button.setAccessibleName(self.tr("Open the model manager"))
+        self.failure_label.setAccessibleName(self.tr("Download problem"))
+        self.mirror_button.setText(self.tr("Use a mirror…"))
+        self.mirror_button.setAccessibleName(self.tr("Download from another hub or a mirror"))
+        self.import_button.setText(self.tr("Import a file you already have…"))
+        self.import_button.setAccessibleName(self.tr("Import a model file from this computer"))
+        if self.failure is not None:
+            self.show_failure(self.failure)
+        else:
+            self.retry_button.setText(self.tr("Retry"))
         if self.hardware is None:
             self.hardware_label.setText(self.tr("Checking this computer's hardware…"))
         else:
@@ -118,7 +159,9 @@ class WelcomePage(QWidget):
         try:
             from runtime.hub.catalog import Catalog
 
-            models = Catalog.load().models
+            if self.catalog is None:
+                self.catalog = Catalog.load()
+            models = self.catalog.models
         except Exception as exc:  # noqa: BLE001
             self.recommend_label.setText(self.tr("The model catalog could not be read: %1").replace("%1", str(exc)))
             return
@@ -137,18 +180,97 @@ class WelcomePage(QWidget):
         self.start_button.setEnabled(True)
 
     def download_recommended(self) -> None:
+        """Download the recommendation in the model manager (progress, pause); a failure comes back here."""
+        if self.download_dialog is not None:  # closed while downloading: show its progress again
+            self.download_dialog.open()
+            return
         if self.recommendation is None:
             return
         from app.model_manager import ModelManagerDialog
+        from runtime.hub.errors import explain_failure
         from runtime.hub.fetch import resolve_target
 
         m, f = self.recommendation
-        dlg = ModelManagerDialog(self.window, hardware=self.hardware)
+        fetcher = self.fetcher_factory() if self.fetcher_factory is not None else None
+        dlg = ModelManagerDialog(self.window, catalog=self.catalog, hardware=self.hardware, fetcher=fetcher)
+        try:
+            target = resolve_target(m.id, dlg.catalog, f.file)
+        except Exception as exc:  # noqa: BLE001 - shown in the user's words
+            dlg.deleteLater()
+            self.show_failure(explain_failure(exc))
+            return
+        self.clear_failure()
         dlg.select_key((m.id, f.file))
-        job = dlg.start_download(resolve_target(m.id, dlg.catalog, f.file), (m.id, f.file))
+        job = dlg.start_download(target, (m.id, f.file))
         job.signals.done.connect(lambda result: dlg.use_selected())
-        dlg.exec()
+        job.signals.failed.connect(lambda _message, _kind: self._download_failed(dlg, job))
+        dlg.finished.connect(lambda _code: self._download_dialog_closed(dlg))
+        self.download_dialog = dlg
+        dlg.open()
+
+    def _download_failed(self, dlg: Any, job: Any) -> None:
+        """The page, not the dialog, offers the ways on: close the dialog and say what failed."""
+        from runtime.hub.errors import OTHER, DownloadFailure
+
+        self.show_failure(job.failure or DownloadFailure(OTHER, detail=dlg.last_error))
+        self.download_dialog = None
+        dlg.reject()
+
+    def _download_dialog_closed(self, dlg: Any) -> None:
+        """Closing the dialog does not stop the download: it stays reachable until the download ends."""
+        if self.download_dialog is dlg and dlg.job is None:
+            self.download_dialog = None
         self.window.refresh_models()
+
+    def show_failure(self, failure: Any) -> None:
+        """Replace the download button with what failed and Retry / Use a mirror… / Import a file."""
+        from app.model_manager import failure_text
+
+        self.failure = failure
+        name = self.recommendation[0].name if self.recommendation is not None else ""
+        self.failure_label.setText(self.tr("The download of %1 failed: %2.").replace("%1", name)
+                                   .replace("%2", failure_text(failure).rstrip(".")))
+        self.failure_label.setVisible(True)
+        if failure.resumable:
+            self.retry_button.setText(self.tr("Retry (resumes)"))
+            self.retry_button.setAccessibleName(self.tr("Retry the download; it continues where it stopped"))
+        else:
+            self.retry_button.setText(self.tr("Retry"))
+            self.retry_button.setAccessibleName(self.tr("Retry the download"))
+        self.start_button.setVisible(False)
+        for b in (self.retry_button, self.mirror_button, self.import_button):
+            b.setVisible(True)
+        self.retry_button.setFocus()
+
+    def clear_failure(self) -> None:
+        self.failure = None
+        self.failure_label.clear()
+        self.failure_label.setVisible(False)
+        for b in (self.retry_button, self.mirror_button, self.import_button):
+            b.setVisible(False)
+        self.start_button.setVisible(True)
+
+    def choose_mirror(self) -> None:
+        """Pick another hub or a Hugging Face mirror; the choice is saved and Retry uses it."""
+        from app.mirror_dialog import MirrorDialog
+
+        dlg = MirrorDialog(self.window, self)
+        dlg.accepted.connect(lambda: self._mirror_chosen(dlg))
+        self.mirror_dialog = dlg
+        dlg.open()
+
+    def _mirror_chosen(self, dlg: Any) -> None:
+        if self.failure is not None:
+            self.failure_label.setText(self.failure_label.text() + "\n" + self.tr("Downloads now come from %1: "
+                                                                                 "press Retry.")
+                                       .replace("%1", dlg.chosen_label()))
+        self.retry_button.setFocus()
+
+    def import_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, self.tr("Import a model file"), "",
+                                              self.tr("Models (*.gguf *.ternary)"))
+        if path:
+            self.window.import_model(path)
 
 
 def _fits_gpu(f: Any, hw: Hardware) -> bool:

@@ -20,6 +20,8 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from app.errors import describe
+from app.errors import simple as simple_error
 from runtime.errors import OutOfMemoryError, TernaryError
 from runtime.generation import CancelToken, DoneEvent, NoticeEvent, TextEvent
 
@@ -40,6 +42,14 @@ def readable_error(exc: BaseException) -> str:
         return f"File not found: {exc.filename or exc}"
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{name}: {text}" if text else f"Unexpected error ({name})."
+
+
+def _accepts_started_at(engine: Any) -> bool:
+    """Whether ``engine.generate`` takes the Send timestamp (the runtime's does; a stand-in may not)."""
+    try:
+        return "started_at" in inspect.signature(engine.generate).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def as_dict(obj: Any) -> dict[str, Any]:
@@ -91,17 +101,19 @@ class EngineWorker(QObject):
 
     loadProgress = Signal(str, float)
     loaded = Signal(dict)  # engine info + default settings
-    loadFailed = Signal(str, str)  # path, message
+    loadFailed = Signal(str, object)  # path, app.errors.UserError (translated when shown)
     unloaded = Signal()
     tokens = Signal(int, list)  # request id, [(channel, text), ...]
     notice = Signal(int, str)
     finished = Signal(int, dict)  # request id, {"text", "thinking", "stats"}
-    failed = Signal(int, str)
+    failed = Signal(int, object)  # request id, app.errors.UserError
     memory = Signal(dict)  # engine.memory_stats() as a dict (+ "time")
     tokenCount = Signal(int, int)  # request id, prompt tokens
     summaryProgress = Signal(int, object)  # request id, SummaryProgress
-    summaryDone = Signal(int, object)  # request id, SummaryResult
-    summaryFailed = Signal(int, str)
+    summaryStep = Signal(int, object)  # request id, SummaryStep (a generation starts / ends)
+    summaryTokens = Signal(int, list)  # request id, [text, ...] of the running generation
+    summaryDone = Signal(int, object)  # request id, SummaryResult (also cancelled or stopped by an error)
+    summaryFailed = Signal(int, object)  # request id, SummaryError or app.errors.UserError: could not start
 
     def __init__(self, loader: Callable[..., Any] = load_engine) -> None:
         super().__init__()
@@ -117,7 +129,7 @@ class EngineWorker(QObject):
             engine = self._loader(path, options, self.loadProgress.emit, cancel)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the user
             log.warning("model load failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
-            self.loadFailed.emit(path, readable_error(exc))
+            self.loadFailed.emit(path, describe(exc))
             return
         self.engine = engine
         info = as_dict(getattr(engine, "info", None))
@@ -144,14 +156,19 @@ class EngineWorker(QObject):
             self.engine = None
 
     # -- generation ----------------------------------------------------------------------------
-    @Slot(int, object, object, object)
-    def generate(self, request_id: int, messages: object, settings: object, cancel: object) -> None:
+    @Slot(int, object, object, object, float)
+    def generate(self, request_id: int, messages: object, settings: object, cancel: object,
+                 started_at: float = 0.0) -> None:
+        """Stream one reply. ``started_at`` (``time.perf_counter()`` at Send, 0 = now) is where the
+        engine starts the time to first token, so waiting for this thread counts too."""
         if self.engine is None:
-            self.failed.emit(request_id, "No model is loaded. Choose a model first.")
+            self.failed.emit(request_id, simple_error("no_model"))
             return
         pending: list[tuple[str, str]] = []
         last_flush = time.monotonic()
+        first_sent = False  # the first piece goes out at once: the live first-token gauge must not wait
         done: DoneEvent | None = None
+        extra = {"started_at": started_at} if started_at and _accepts_started_at(self.engine) else {}
         try:
             try:
                 self.tokenCount.emit(request_id, int(self.engine.count_tokens(messages, settings)))
@@ -159,7 +176,7 @@ class EngineWorker(QObject):
                 raise
             except Exception as exc:  # noqa: BLE001 - counting is only for the gauge
                 log.debug("count_tokens failed: %s", exc)
-            for event in self.engine.generate(messages, settings, cancel=cancel):
+            for event in self.engine.generate(messages, settings, cancel=cancel, **extra):
                 if isinstance(event, TextEvent):
                     if event.text:
                         pending.append((event.channel, event.text))
@@ -168,23 +185,24 @@ class EngineWorker(QObject):
                 elif isinstance(event, DoneEvent):
                     done = event
                 now = time.monotonic()
-                if pending and now - last_flush >= FLUSH_INTERVAL_S:
+                if pending and (not first_sent or now - last_flush >= FLUSH_INTERVAL_S):
                     self.tokens.emit(request_id, pending)
                     pending = []
                     last_flush = now
+                    first_sent = True
                 self._emit_memory()
         except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
             if pending:
                 self.tokens.emit(request_id, pending)
             log.warning("generation failed: %s", readable_error(exc),
                         exc_info=not isinstance(exc, TernaryError | OutOfMemoryError))
-            self.failed.emit(request_id, readable_error(exc))
+            self.failed.emit(request_id, describe(exc))
             self._emit_memory(force=True)
             return
         if pending:
             self.tokens.emit(request_id, pending)
         if done is None:
-            self.failed.emit(request_id, "The engine stopped without finishing the reply.")
+            self.failed.emit(request_id, simple_error("engine_stopped"))
             return
         self.finished.emit(request_id, {"text": done.text, "thinking": done.thinking,
                                         "stats": as_dict(done.stats)})
@@ -194,23 +212,55 @@ class EngineWorker(QObject):
     @Slot(int, str, str, object, object, int)
     def summarize(self, request_id: int, text: str, name: str, settings: object, cancel: object,
                   answer_tokens: int) -> None:
-        from app.summarize import Summarizer
+        """Map-reduce summary (``answer_tokens`` 0 = from the context). Text is batched like
+        :meth:`generate`; each generation's start and end go out as ``summaryStep`` for the gauges."""
+        from app.summarize import Summarizer, SummaryError
 
         if self.engine is None:
-            self.summaryFailed.emit(request_id, "No model is loaded. Choose a model first.")
+            self.summaryFailed.emit(request_id, simple_error("no_model"))
             return
+        pending: list[str] = []
+        last_flush = time.monotonic()
+
+        def flush() -> None:
+            nonlocal pending, last_flush
+            if pending:
+                self.summaryTokens.emit(request_id, pending)
+                pending = []
+            last_flush = time.monotonic()
+
+        def on_text(piece: str) -> None:
+            first = not pending and last_flush == 0.0
+            pending.append(piece)
+            if first or time.monotonic() - last_flush >= FLUSH_INTERVAL_S:
+                flush()
+            self._emit_memory()
+
+        def on_step(step: Any) -> None:
+            nonlocal last_flush
+            flush()
+            if step.stats is None:
+                last_flush = 0.0  # the first piece of each generation goes out at once (first-token gauge)
+            self.summaryStep.emit(request_id, step)
+
+        def progress(p: Any) -> None:
+            self.summaryProgress.emit(request_id, p)
+            self._emit_memory()
+
         try:
-            summarizer = Summarizer(self.engine, settings, answer_tokens=answer_tokens)
-
-            def progress(p: Any) -> None:
-                self.summaryProgress.emit(request_id, p)
-                self._emit_memory()
-
-            result = summarizer.summarize(text, name=name, progress=progress, cancel=cancel)
-        except BaseException as exc:  # noqa: BLE001
+            summarizer = Summarizer(self.engine, settings, answer_tokens=answer_tokens or None)
+            result = summarizer.summarize(text, name=name, progress=progress, cancel=cancel, on_step=on_step,
+                                          on_text=on_text)
+        except BaseException as exc:  # noqa: BLE001 - only a summary that could not start ends here
+            flush()
             log.warning("summarization failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
-            self.summaryFailed.emit(request_id, readable_error(exc))
+            self.summaryFailed.emit(request_id, exc if isinstance(exc, SummaryError) else describe(exc))
+            self._emit_memory(force=True)
             return
+        flush()
+        if result.failure is not None:
+            exc = result.failure
+            log.warning("summarization stopped: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
         self.summaryDone.emit(request_id, result)
         self._emit_memory(force=True)
 
@@ -244,7 +294,7 @@ class WorkerHost(QObject):
 
     requestLoad = Signal(str, dict, object)
     requestUnload = Signal()
-    requestGenerate = Signal(int, object, object, object)
+    requestGenerate = Signal(int, object, object, object, float)
     requestSummarize = Signal(int, str, str, object, object, int)
     requestMemory = Signal()
     requestShutdown = Signal()

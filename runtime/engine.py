@@ -23,6 +23,7 @@ from runtime.chat_template import render_chat
 from runtime.errors import (
     CancelledError,
     ContextOverflowError,
+    InvalidSettingError,
     OutOfMemoryError,
     TernaryError,
     UnsupportedModelError,
@@ -43,6 +44,8 @@ from runtime.generation import (
 from runtime.kv_cache import resolve_kv_dtype
 from runtime.model.qwen3 import Qwen3Model
 from runtime.sampling import Sampler, StopStringMatcher
+from runtime.sampling_params import DEVICE_EXPLANATION, check_device, validate_generation_settings
+from runtime.sampling_params import check as check_setting
 from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
 
 # PrismML's recommended sampling for the Ternary Bonsai 1.7B/4B/8B (model cards, demo scripts);
@@ -71,6 +74,8 @@ _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalt
 
 def resolve_device(device: str) -> torch.device:
     """``auto`` -> the first CUDA GPU if there is one, else the CPU."""
+    if isinstance(device, str) and check_device(device):
+        raise InvalidSettingError(f"{DEVICE_EXPLANATION} Got {device!r}.", "device")
     if device == "auto":
         return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
@@ -82,6 +87,18 @@ def resolve_device(device: str) -> torch.device:
         # "cuda" -> "cuda:N": tensors report an indexed device, and placement code compares devices
         dev = torch.device("cuda", torch.cuda.current_device())
     return dev
+
+
+def _model_default(name: str, value: Any, fallback: Any) -> Any:
+    """A model file's default for a sampling setting, or the family's when the file's is missing or
+    invalid (a generation_config.json with temperature NaN must not break every generation)."""
+    if value is None or isinstance(value, bool):
+        return fallback
+    try:
+        converted = type(fallback)(value)
+    except (TypeError, ValueError, OverflowError):
+        return fallback
+    return converted if check_setting(name, converted) is None else fallback
 
 
 def process_peak_rss_bytes() -> int:
@@ -286,8 +303,7 @@ class Engine:
             fallback = PRISM_SMALL_DEFAULTS
         values: dict[str, Any] = {}
         for name in _SAMPLING_FIELDS:
-            v = gd.get(name)
-            values[name] = type(fallback[name])(v) if v is not None else fallback[name]
+            values[name] = _model_default(name, gd.get(name), fallback[name])
         if gd.get("do_sample") is False:
             values["temperature"] = 0.0
         thinking = gd.get("enable_thinking")
@@ -296,8 +312,9 @@ class Engine:
         values["enable_thinking"] = bool(thinking) if thinking is not None else self.config.arch == "qwen35"
         if self.info.supports_thinking is False:
             values["enable_thinking"] = False
-        if gd.get("max_new_tokens"):
-            values["max_new_tokens"] = int(gd["max_new_tokens"])
+        max_new = gd.get("max_new_tokens")
+        if isinstance(max_new, int) and not isinstance(max_new, bool) and check_setting("max_new_tokens", max_new) is None:
+            values["max_new_tokens"] = max_new
         return GenerationSettings(**values)
 
     def resolve_settings(self, settings: GenerationSettings | None) -> GenerationSettings:
@@ -314,7 +331,7 @@ class Engine:
     def render_prompt(self, messages: list[Message], settings: GenerationSettings | None = None) -> str:
         """The exact prompt text the model sees for ``messages`` (chat template applied)."""
         s = self.resolve_settings(settings)
-        return render_chat(self.chat_template, messages, add_generation_prompt=True,
+        return render_chat(self.chat_template, messages, add_generation_prompt=True, source=self.info.name,
                            special_tokens=self.tokenizer.special_tokens_map(),
                            enable_thinking=s.enable_thinking, reasoning_effort=s.reasoning_effort)
 
@@ -336,14 +353,23 @@ class Engine:
     # ------------------------------------------------------------------ generation
 
     def generate(self, messages_or_prompt: list[Message] | str, settings: GenerationSettings | None = None,
-                 cancel: CancelToken | None = None) -> Iterator[GenerationEvent]:
-        """Stream events for one answer. Raises :class:`ContextOverflowError` here, before any work."""
+                 cancel: CancelToken | None = None,
+                 started_at: float | None = None) -> Iterator[GenerationEvent]:
+        """Stream events for one answer. Raises :class:`ContextOverflowError` here, before any work.
+
+        ``started_at`` is the ``time.perf_counter()`` moment the user asked (the app's Send): the
+        time to first token counts from there, so the waiting before this call (a busy worker,
+        counting tokens) is included; without it, it counts from this call. Either way it covers
+        tokenization and prefill up to the first sampled token.
+        """
         if self.model is None:
             raise TernaryError("the engine was closed")
         t0 = time.perf_counter()
+        origin = started_at if started_at is not None and started_at <= t0 else t0
+        if settings is not None:
+            validate_generation_settings(settings)  # the same ranges as the app and the CLI
         s = self.resolve_settings(settings)
         prompt_ids = self.encode_prompt(messages_or_prompt, s)
-        tokenize_s = time.perf_counter() - t0
         ctx = self.model.max_positions
         if not prompt_ids:
             raise TernaryError("the prompt is empty")
@@ -354,10 +380,10 @@ class Engine:
                 f"larger context")
         if s.max_new_tokens < 1:
             raise TernaryError("max_new_tokens must be at least 1")
-        return self._generate(prompt_ids, s, cancel or CancelToken(), tokenize_s)
+        return self._generate(prompt_ids, s, cancel or CancelToken(), origin)
 
     def _generate(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken,
-                  tokenize_s: float) -> Iterator[GenerationEvent]:
+                  origin: float) -> Iterator[GenerationEvent]:
         while self._pending_notices:
             yield NoticeEvent(self._pending_notices.pop(0))
         model, dev = self.model, self.device
@@ -365,7 +391,6 @@ class Engine:
         stats = GenerationStats(prompt_tokens=len(prompt_ids), device=str(dev), context_length=ctx)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
-        t_start = time.perf_counter()
         texts: dict[str, list[str]] = {"answer": [], "thinking": []}
         generated: list[int] = []
         finish = "length"
@@ -448,7 +473,7 @@ class Engine:
                         decode_s += now - t_step
                         decode_steps += 1
                     else:
-                        stats.ttft_s = tokenize_s + (now - t_start)
+                        stats.ttft_s = now - origin  # wall time: waiting, tokenizing and prefill included
                     if tok in eos and not s.ignore_eos:
                         finish = "stop"
                         break
@@ -519,12 +544,11 @@ class Engine:
             self._cached_tokens = []
             self._end_logits = None  # be conservative after a failure inside a forward pass
             raise
-        total = time.perf_counter() - t_start
         stats.generated_tokens = len(generated)
         stats.token_ids = generated
         stats.finish_reason = finish  # type: ignore[assignment]
         stats.decode_tok_s = decode_steps / decode_s if decode_steps and decode_s > 0 else 0.0
-        stats.total_s = tokenize_s + total
+        stats.total_s = time.perf_counter() - origin
         if stats.ttft_s == 0.0:
             stats.ttft_s = stats.total_s
         stats.peak_memory_bytes = (int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"

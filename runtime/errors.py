@@ -27,3 +27,12 @@ class OutOfMemoryError(TernaryError):
 
 class CancelledError(TernaryError):
     """Long work (conversion, download, generation) was cancelled by the user."""
+
+
+class InvalidSettingError(TernaryError, ValueError):
+    """A generation setting is outside its allowed range (``field`` names it); see
+    :mod:`runtime.sampling_params`. Also a ``ValueError``, as the value is what is wrong."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field

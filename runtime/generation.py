@@ -39,7 +39,11 @@ class GenerationSettings:
 
 @dataclass
 class GenerationStats:
-    """Honest numbers for one generation. ``ttft_s`` includes tokenization and prefill."""
+    """Honest numbers for one generation.
+
+    ``ttft_s`` is wall time from the request (``Engine.generate``'s ``started_at``, else the call)
+    to the first sampled token: tokenization and prefill included. ``total_s`` counts from the same
+    moment to the end."""
 
     prompt_tokens: int = 0
     reused_prompt_tokens: int = 0  # prompt tokens whose K/V were kept from the previous call (not prefilled)

@@ -20,6 +20,7 @@ import secrets
 import torch
 
 from runtime.generation import GenerationSettings
+from runtime.sampling_params import validate_generation_settings
 
 NEG_INF = float("-inf")
 
@@ -79,10 +80,13 @@ class Sampler:
     """Picks tokens for one generation; remembers prompt and output for the penalties.
 
     ``settings`` must be resolved (no ``None`` sampling fields; see ``Engine.default_settings``).
+    Values outside :data:`runtime.sampling_params.RULES` raise
+    :class:`~runtime.errors.InvalidSettingError` here, before a NaN temperature reaches softmax.
     """
 
     def __init__(self, settings: GenerationSettings, vocab_size: int, prompt_ids: list[int],
                  device: torch.device | str = "cpu") -> None:
+        validate_generation_settings(settings)
         self.s = settings
         self.vocab_size = vocab_size
         self.seen = torch.zeros(vocab_size, dtype=torch.bool, device=device)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer as _HFTokenizer
 
 from runtime.errors import ModelFormatError
+from runtime.formats.config_schema import check_token_id, check_token_ids, check_tokenizer_json
 from runtime.formats.model_data import TokenizerData
 
 THINK_OPEN = "<think>"
@@ -27,11 +28,13 @@ REPLACEMENT_CHAR = "\ufffd"
 class Tokenizer:
     """Encode/decode plus the special ids the engine needs (EOS set, think markers)."""
 
-    def __init__(self, data: TokenizerData) -> None:
+    def __init__(self, data: TokenizerData, source: str = "the model") -> None:
+        if not isinstance(data.tokenizer_json, str):
+            raise ModelFormatError(f"{source}: the tokenizer is not a tokenizer.json document")
         try:
             self._tok = _HFTokenizer.from_str(data.tokenizer_json)
         except Exception as exc:  # tokenizers raises a bare Exception on malformed JSON
-            raise ModelFormatError(f"the model's tokenizer could not be built: {exc}") from exc
+            raise ModelFormatError(f"{source}: the tokenizer could not be built: {exc}") from None
         self.data = data
         self.bos_token_id = data.bos_token_id
         self.eos_token_ids = set(data.eos_token_ids)
@@ -82,6 +85,39 @@ class Tokenizer:
             if tok is not None:
                 out["eos_token"] = tok
         return out
+
+
+def check_tokenizer_ids(data: TokenizerData, vocab_size: int, source: str) -> None:
+    """BOS/EOS/PAD ids inside the model's vocabulary (an id past it would index past the embedding)."""
+    for field, v in (("bos_token_id", data.bos_token_id), ("pad_token_id", data.pad_token_id)):
+        if v is not None:
+            check_token_id(v, vocab_size, source, field)
+    if not isinstance(data.eos_token_ids, list):
+        raise ModelFormatError(f"{source}: eos_token_ids must be a list of token ids")
+    check_token_ids(data.eos_token_ids, vocab_size, source, "eos_token_ids")
+    if not isinstance(data.add_bos_token, bool):
+        raise ModelFormatError(f"{source}: add_bos_token must be true or false")
+    if data.chat_template is not None and not isinstance(data.chat_template, str):
+        raise ModelFormatError(f"{source}: chat_template must be text")
+
+
+def check_tokenizer(data: TokenizerData, vocab_size: int, source: str) -> Tokenizer:
+    """The full check of a tokenizer before it is embedded in a file: its outline, its special ids,
+    building it (the only real test of a tokenizer.json) and every token id it can produce fitting
+    the model's ``vocab_size`` embedding rows."""
+    doc = check_tokenizer_json(data.tokenizer_json, source)
+    check_tokenizer_ids(data, vocab_size, source)
+    tok = Tokenizer(data, source)
+    ids = list(tok._tok.get_vocab(with_added_tokens=True).values())
+    ids += [a["id"] for a in doc.get("added_tokens", [])]  # as declared (the library may renumber)
+    vocab = doc["model"].get("vocab")
+    if isinstance(vocab, dict):
+        ids += [v for v in vocab.values() if isinstance(v, int)]
+    top = max(ids, default=-1)
+    if top >= vocab_size:
+        raise ModelFormatError(f"{source}: the tokenizer has token ids up to {top} but the model has only "
+                               f"{vocab_size} embedding rows")
+    return tok
 
 
 class StreamDecoder:

@@ -2,11 +2,11 @@
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots]
 
-What is real and what is staged: the window, dialogs, hardware detection, catalog, gauges and the
-speed chart are the live app driven by the real engine with a tiny random test model (from
-tests/model_factory.py: its replies are noise, so the conversation shown is example history
-written into the history database first; the gauges show the numbers of real generations with
-the tiny model). Chinese text needs a CJK font: on Debian/Ubuntu ``apt-get install
+Nothing is staged: the window, dialogs, hardware detection, catalog, gauges, speed chart and every
+reply are the live app driven by the real engine with a tiny random test model (from
+tests/model_factory.py: 2 layers, random ternary weights), so the replies are real output of that
+model, which is gibberish; the captions in docs/app.md say so. Nothing is written into the view or
+the history database by hand. Chinese text needs a CJK font: on Debian/Ubuntu ``apt-get install
 fonts-noto-cjk``; the script tells Qt to use Noto Sans CJK SC when it is installed.
 """
 
@@ -22,34 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-EXAMPLE_EN = [
-    ("user", "How do ternary weights make a model smaller?", ""),
-    ("assistant", """Each weight is one of **-1, 0 or +1**, times a shared scale per group:
-
-| format | bits per weight | 8B model |
-|---|---|---|
-| FP16 | 16 | ~16 GB |
-| ternary (Q2_0) | ~2.1 | ~2.2 GB |
-
-The matrix multiply becomes additions and subtractions:
-
-```python
-y = scale * (x[w == 1].sum() - x[w == -1].sum())
-```
-
-- fewer bytes to read per token
-- the same architecture (Qwen3), so the chat template is unchanged
-""", "The user asks about memory. Compare FP16 with 2-bit packing, then show why the matmul gets cheaper."),
-]
-EXAMPLE_ZH = [
-    ("user", "用三句话解释什么是三值量化。", ""),
-    ("assistant", """**三值量化**把每个权重限制为 -1、0 或 +1，再乘以一组共享的缩放系数。
-
-1. 模型体积约为 FP16 的八分之一；
-2. 矩阵乘法主要变成加法和减法；
-3. 在普通显卡甚至 CPU 上也能流畅运行。
-""", "用户需要简短的中文解释：定义、体积、速度各一句。"),
-]
+QUESTION_EN = "How do ternary weights make a model smaller?"
+QUESTION_ZH = "用三句话解释什么是三值量化。"
 
 
 def _cjk_font(app) -> str:
@@ -94,11 +68,26 @@ def _save(widget, path: Path, overlay=None) -> None:
     print("wrote", path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
-def _seed_history(store, examples, title: str, model: str) -> int:
-    c = store.create_conversation(title, model=model)
-    for role, content, thinking in examples:  # no stats: example text was not generated here
-        store.add_message(c.id, role, content, thinking=thinking)
-    return c.id
+def real_chat(app, w, settings, model_path: str, question: str, n_tokens: int, seed: int) -> None:
+    """Ask the tiny model a question in a new chat and wait for its real (gibberish) reply."""
+    import dataclasses
+
+    import app.main_window as mw
+    from app.main_window import model_key
+    from app.settings_model import SamplingSettings
+
+    original = mw.generation_settings
+    mw.generation_settings = lambda s: dataclasses.replace(original(s), ignore_eos=True)  # a full-length reply
+    done: list[int] = []
+    w.generationFinished.connect(done.append)
+    try:
+        settings.set_sampling(model_key(model_path), SamplingSettings(max_new_tokens=n_tokens, seed=seed))
+        w.new_conversation()
+        w.send(question)
+        _wait(app, lambda: len(done) >= 1)
+    finally:
+        w.generationFinished.disconnect(done.append)
+        mw.generation_settings = original
 
 
 def warm_up(app, w, settings, model_path: str, lengths) -> None:
@@ -145,7 +134,6 @@ def main() -> int:
 
     import shutil
 
-    from app.history import HistoryStore
     from app.main_window import MainWindow, model_key
     from app.settings_model import AppSettings, SamplingSettings
     from tests.model_factory import tiny_model_files
@@ -172,10 +160,7 @@ def main() -> int:
     w.load_model(model_path)
     _wait(app, lambda: bool(w.model_info))
     warm_up(app, w, settings, model_path, (24, 40, 16))
-    cid = _seed_history(w.store, EXAMPLE_EN, "Ternary weights explained", model_key(model_path))
-    w.refresh_conversations()
-    w.open_conversation(cid)
-    w.chat_view.widgets[-1].thinking_toggle.setChecked(True)
+    real_chat(app, w, settings, model_path, QUESTION_EN, 60, seed=3)
     w.input.setPlainText("And what about the KV cache?")
     _wait(app, lambda: True)
     _save(w, out / "02-chat-gauges.png")
@@ -223,9 +208,6 @@ def main() -> int:
     # 6. 简体中文, dark theme
     install_translation(app, "zh_CN")
     apply_theme("dark", app)
-    store = HistoryStore()
-    zh_id = _seed_history(store, EXAMPLE_ZH, "三值量化简介", model_key(model_path))
-    store.close()
     settings.interface.language, settings.interface.theme = "zh_CN", "dark"
     w = MainWindow(settings=settings, autoload=False)
     w.resize(1280, 800)
@@ -233,8 +215,7 @@ def main() -> int:
     w.load_model(model_path)
     _wait(app, lambda: bool(w.model_info))
     warm_up(app, w, settings, model_path, (32, 20))
-    w.open_conversation(zh_id)
-    w.chat_view.widgets[-1].thinking_toggle.setChecked(True)
+    real_chat(app, w, settings, model_path, QUESTION_ZH, 48, seed=5)
     _wait(app, lambda: True)
     _save(w, out / "07-chat-zh-dark.png")
     w.close()

@@ -14,4 +14,8 @@ if ! python -c "import torch, PySide6, runtime" >/dev/null 2>&1; then
     fi
     python -m pip install -q -e ".[gui]"
 fi
+# Qt's X11 plugin needs system libraries pip cannot install: name the missing ones and the command
+# that installs them, instead of Qt's "could not load the Qt platform plugin xcb" (skipped off Linux
+# and when QT_QPA_PLATFORM is offscreen or wayland).
+python scripts/check_qt_libs.py || exit 1
 exec ternary-chat "$@"

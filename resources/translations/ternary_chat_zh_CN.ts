@@ -2,6 +2,61 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN">
     <context>
+        <name />
+        <message>
+            <source>Cancelled.</source>
+            <translation>已取消。</translation>
+        </message>
+        <message>
+            <source>No model is loaded. Choose a model first.</source>
+            <translation>未加载模型。请先选择一个模型。</translation>
+        </message>
+        <message>
+            <source>The engine stopped without finishing the reply.</source>
+            <translation>引擎在回复完成前停止了。</translation>
+        </message>
+        <message>
+            <source>The computer ran out of memory. Choose a smaller context length in Settings → Hardware, or close other programs.</source>
+            <translation>计算机内存不足。请在“设置 → 硬件”中选择更小的上下文长度，或关闭其他程序。</translation>
+        </message>
+        <message>
+            <source>The GPU ran out of memory. Choose a smaller context length or a VRAM cap in Settings → Hardware, or close other programs that use the GPU.</source>
+            <translation>GPU 显存不足。请在“设置 → 硬件”中选择更小的上下文长度或设置显存上限，或关闭其他使用 GPU 的程序。</translation>
+        </message>
+        <message>
+            <source>The conversation is %1 tokens long but the context holds %2. Start a new chat, or choose a larger context length in Settings → Hardware.</source>
+            <translation>对话长度为 %1 个词元，但上下文只能容纳 %2 个。请开始新对话，或在“设置 → 硬件”中选择更大的上下文长度。</translation>
+        </message>
+        <message>
+            <source>The file is damaged or is not a model file this app can read (%1).</source>
+            <translation>该文件已损坏，或不是本应用能读取的模型文件（%1）。</translation>
+        </message>
+        <message>
+            <source>This kind of model is not supported (%1).</source>
+            <translation>不支持此类模型（%1）。</translation>
+        </message>
+        <message>
+            <source>%1: file not found.</source>
+            <translation>%1：找不到文件。</translation>
+        </message>
+        <message>
+            <source>%1: permission denied (the file cannot be read).</source>
+            <translation>%1：权限不足（无法读取该文件）。</translation>
+        </message>
+        <message>
+            <source>%1 is a folder, not a file.</source>
+            <translation>%1 是文件夹，不是文件。</translation>
+        </message>
+        <message>
+            <source>%1 cannot be read (%2).</source>
+            <translation>无法读取 %1（%2）。</translation>
+        </message>
+        <message>
+            <source>Something unexpected went wrong (%1). The log file has the details.</source>
+            <translation>发生了意外错误（%1）。详细信息见日志文件。</translation>
+        </message>
+    </context>
+    <context>
         <name>ChatView</name>
         <message>
             <source>Conversation</source>
@@ -153,6 +208,18 @@
             <source>%1 contains no text.</source>
             <translation>%1 不包含任何文本。</translation>
         </message>
+        <message>
+            <source>%1 is too large when unpacked (more than %3 MB of content); it may be a compression bomb, or split it into smaller files.</source>
+            <translation>%1 解压后过大（内容超过 %3 MB）；它可能是压缩炸弹，或请拆分成更小的文件。</translation>
+        </message>
+        <message>
+            <source>%1 is a folder, not a document; drop the files inside it instead.</source>
+            <translation>%1 是文件夹，不是文档；请改为拖入其中的文件。</translation>
+        </message>
+        <message>
+            <source>%1 is not a regular file (it is a pipe, socket or device), so it cannot be read as a document.</source>
+            <translation>%1 不是普通文件（而是管道、套接字或设备），无法作为文档读取。</translation>
+        </message>
     </context>
     <context>
         <name>GaugePanel</name>
@@ -197,6 +264,10 @@
             <translation>每秒词元数</translation>
         </message>
         <message>
+            <source>Prompt processing speed</source>
+            <translation>提示词处理速度</translation>
+        </message>
+        <message>
             <source>Time to first token</source>
             <translation>首词元延迟</translation>
         </message>
@@ -225,6 +296,10 @@
             <translation>速度</translation>
         </message>
         <message>
+            <source>Prefill</source>
+            <translation>预填充</translation>
+        </message>
+        <message>
             <source>First token</source>
             <translation>首个词元</translation>
         </message>
@@ -239,6 +314,14 @@
         <message>
             <source>No model loaded</source>
             <translation>未加载模型</translation>
+        </message>
+        <message>
+            <source>%1 tok/s</source>
+            <translation>%1 词元/秒</translation>
+        </message>
+        <message>
+            <source>prompt already in the cache</source>
+            <translation>提示词已在缓存中</translation>
         </message>
         <message>
             <source>offloaded layers streamed to the GPU</source>
@@ -267,10 +350,6 @@
         <message>
             <source>%1 tok/s (live)</source>
             <translation>%1 词元/秒（实时）</translation>
-        </message>
-        <message>
-            <source>%1 tok/s (prefill %2 tok/s)</source>
-            <translation>%1 词元/秒（预填充 %2 词元/秒）</translation>
         </message>
     </context>
     <context>
@@ -419,6 +498,18 @@
             <translation>退出</translation>
         </message>
         <message>
+            <source>&amp;View</source>
+            <translation>视图(&amp;V)</translation>
+        </message>
+        <message>
+            <source>Show performance panel</source>
+            <translation>显示性能面板</translation>
+        </message>
+        <message>
+            <source>Show or hide the Performance panel (Ctrl+Shift+P)</source>
+            <translation>显示或隐藏性能面板（Ctrl+Shift+P）</translation>
+        </message>
+        <message>
             <source>Stop generating</source>
             <translation>停止生成</translation>
         </message>
@@ -499,6 +590,10 @@
             <translation>%1 运行于 %2 · 上下文 %3 个词元</translation>
         </message>
         <message>
+            <source>%1 was not summarized.</source>
+            <translation>%1 未被总结。</translation>
+        </message>
+        <message>
             <source>Could not load the model: %1</source>
             <translation>无法加载模型：%1</translation>
         </message>
@@ -509,6 +604,18 @@
         <message>
             <source>The folder %1 has no config.json, so it is not a Hugging Face model folder.</source>
             <translation>文件夹 %1 中没有 config.json，因此不是 Hugging Face 模型文件夹。</translation>
+        </message>
+        <message>
+            <source>Checking %1…</source>
+            <translation>正在检查 %1…</translation>
+        </message>
+        <message>
+            <source>%1 was not imported: %2</source>
+            <translation>%1 未导入：%2</translation>
+        </message>
+        <message>
+            <source>The model in use stays loaded.</source>
+            <translation>当前使用的模型保持加载。</translation>
         </message>
         <message>
             <source>Load a model first (Models… or the model picker).</source>
@@ -547,10 +654,6 @@
             <translation>%1 词元/秒</translation>
         </message>
         <message>
-            <source>first token %1 s</source>
-            <translation>首词元 %1 秒</translation>
-        </message>
-        <message>
             <source>stopped</source>
             <translation>已停止</translation>
         </message>
@@ -575,6 +678,10 @@
             <translation>文档 (*.txt *.md *.pdf *.docx *.html *.htm)</translation>
         </message>
         <message>
+            <source>%1 will be summarized as soon as the model is loaded.</source>
+            <translation>模型加载完成后将立即总结 %1。</translation>
+        </message>
+        <message>
             <source>Wait for the current reply to finish (or press Esc).</source>
             <translation>请等待当前回复完成（或按 Esc）。</translation>
         </message>
@@ -591,30 +698,6 @@
             <translation>正在为 %1 生成摘要…</translation>
         </message>
         <message>
-            <source>Cancel</source>
-            <translation>取消</translation>
-        </message>
-        <message>
-            <source>Summarizing</source>
-            <translation>正在生成摘要</translation>
-        </message>
-        <message>
-            <source>Summarizing progress</source>
-            <translation>摘要进度</translation>
-        </message>
-        <message>
-            <source>reading the parts</source>
-            <translation>逐段阅读</translation>
-        </message>
-        <message>
-            <source>combining the summaries</source>
-            <translation>合并摘要</translation>
-        </message>
-        <message>
-            <source>Summarizing %1: step %2 of about %3 (%4)</source>
-            <translation>正在为 %1 生成摘要：第 %2 步，共约 %3 步（%4）</translation>
-        </message>
-        <message>
             <source>Summarizing was cancelled before any part was done.</source>
             <translation>在完成任何部分之前，摘要已被取消。</translation>
         </message>
@@ -623,8 +706,36 @@
             <translation>%1 的摘要</translation>
         </message>
         <message>
+            <source>first token %1</source>
+            <translation>首词元 %1</translation>
+        </message>
+        <message>
             <source>Summarize the document %1</source>
             <translation>为文档 %1 生成摘要</translation>
+        </message>
+        <message>
+            <source>summarizing…</source>
+            <translation>正在生成摘要…</translation>
+        </message>
+        <message>
+            <source>Part %1 of %2</source>
+            <translation>第 %1 部分，共 %2 部分</translation>
+        </message>
+        <message>
+            <source>Combining the partial summaries (step %1 of about %2)</source>
+            <translation>正在合并部分摘要（第 %1 步，共约 %2 步）</translation>
+        </message>
+        <message>
+            <source>Summarizing stopped early: %1</source>
+            <translation>摘要提前停止：%1</translation>
+        </message>
+        <message>
+            <source>Cancelled while combining: all %1 parts were summarized; the partial summaries are shown uncombined.</source>
+            <translation>合并时已取消：全部 %1 个部分都已生成摘要；各部分摘要未经合并直接显示。</translation>
+        </message>
+        <message>
+            <source>Stopped while combining: all %1 parts were summarized; the partial summaries are shown uncombined.</source>
+            <translation>合并时已停止：全部 %1 个部分都已生成摘要；各部分摘要未经合并直接显示。</translation>
         </message>
         <message>
             <source>Cancelled: the summary covers %1 of %2 parts (%3% of the document).</source>
@@ -641,6 +752,10 @@
         <message>
             <source>Summarizing failed: %1</source>
             <translation>生成摘要失败：%1</translation>
+        </message>
+        <message>
+            <source>Stopped by an error: the summary covers %1 of %2 parts (%3% of the document).</source>
+            <translation>因错误而停止：摘要涵盖了 %2 个部分中的 %1 个（文档的 %3%）。</translation>
         </message>
         <message>
             <source>%1: drop a document (.txt, .md, .pdf, .docx, .html) to summarize it, or a model (.gguf, .ternary, folder) to import it.</source>
@@ -704,6 +819,57 @@
         <message>
             <source>Reply</source>
             <translation>回复</translation>
+        </message>
+    </context>
+    <context>
+        <name>MirrorDialog</name>
+        <message>
+            <source>Use a mirror</source>
+            <translation>使用镜像</translation>
+        </message>
+        <message>
+            <source>Choose where downloads come from</source>
+            <translation>选择下载来源</translation>
+        </message>
+        <message>
+            <source>Where should models be downloaded from?</source>
+            <translation>要从哪里下载模型？</translation>
+        </message>
+        <message>
+            <source>Hugging Face (huggingface.co)</source>
+            <translation>Hugging Face（huggingface.co）</translation>
+        </message>
+        <message>
+            <source>hf-mirror.com (a public mirror of Hugging Face)</source>
+            <translation>hf-mirror.com（Hugging Face 的公共镜像）</translation>
+        </message>
+        <message>
+            <source>ModelScope (modelscope.cn)</source>
+            <translation>ModelScope（modelscope.cn）</translation>
+        </message>
+        <message>
+            <source>Another Hugging Face mirror:</source>
+            <translation>其他 Hugging Face 镜像：</translation>
+        </message>
+        <message>
+            <source>Mirror address</source>
+            <translation>镜像地址</translation>
+        </message>
+        <message>
+            <source>Note: HF_ENDPOINT is set to %1 in this program's environment; it overrides the Hugging Face choices here.</source>
+            <translation>注意：本程序的环境变量 HF_ENDPOINT 已设置为 %1，它会覆盖此处的 Hugging Face 选项。</translation>
+        </message>
+        <message>
+            <source>Type the mirror's address, for example https://hf-mirror.com.</source>
+            <translation>请输入镜像地址，例如 https://hf-mirror.com。</translation>
+        </message>
+        <message>
+            <source>%1 is not a web address (it must start with https:// or http://).</source>
+            <translation>%1 不是网址（必须以 https:// 或 http:// 开头）。</translation>
+        </message>
+        <message>
+            <source>Could not save the download settings: %1</source>
+            <translation>无法保存下载设置：%1</translation>
         </message>
     </context>
     <context>
@@ -809,12 +975,92 @@
             <translation>加载所选模型并聊天</translation>
         </message>
         <message>
-            <source>Delete</source>
-            <translation>删除</translation>
+            <source>the download server</source>
+            <translation>下载服务器</translation>
         </message>
         <message>
-            <source>Delete the selected model file</source>
-            <translation>删除所选模型文件</translation>
+            <source>; %1 kept, Retry resumes</source>
+            <translation>；已保留 %1，重试将继续下载</translation>
+        </message>
+        <message>
+            <source>could not reach %1 (no network or blocked)</source>
+            <translation>无法连接到 %1（没有网络或被阻止）</translation>
+        </message>
+        <message>
+            <source>the connection to %1 dropped after %2; Retry resumes</source>
+            <translation>与 %1 的连接在下载 %2 后中断；重试将继续下载</translation>
+        </message>
+        <message>
+            <source>the connection to %1 dropped before any data arrived; Retry starts again</source>
+            <translation>与 %1 的连接在收到任何数据之前中断；重试将重新开始</translation>
+        </message>
+        <message>
+            <source>the download from %1 stopped sending data</source>
+            <translation>来自 %1 的下载停止发送数据</translation>
+        </message>
+        <message>
+            <source>%1 did not answer (network or proxy problem)</source>
+            <translation>%1 没有响应（网络或代理问题）</translation>
+        </message>
+        <message>
+            <source>downloads are switched off on this computer (HF_HUB_OFFLINE is set)</source>
+            <translation>此电脑已关闭下载（设置了 HF_HUB_OFFLINE）</translation>
+        </message>
+        <message>
+            <source>the access token is missing, wrong or expired</source>
+            <translation>访问令牌缺失、错误或已过期</translation>
+        </message>
+        <message>
+            <source>the model may need its licence accepted on the website, or the token lacks read permission</source>
+            <translation>该模型可能需要先在网站上接受其许可协议，或令牌缺少读取权限</translation>
+        </message>
+        <message>
+            <source>access denied</source>
+            <translation>访问被拒绝</translation>
+        </message>
+        <message>
+            <source>the server refused: %1 (%2)</source>
+            <translation>服务器拒绝：%1（%2）</translation>
+        </message>
+        <message>
+            <source>%1 does not have this file (%2); try a mirror</source>
+            <translation>%1 上没有此文件（%2）；请尝试镜像</translation>
+        </message>
+        <message>
+            <source>not found</source>
+            <translation>未找到</translation>
+        </message>
+        <message>
+            <source>try again in %1 s</source>
+            <translation>请在 %1 秒后重试</translation>
+        </message>
+        <message>
+            <source>try again later</source>
+            <translation>请稍后重试</translation>
+        </message>
+        <message>
+            <source>%1 is limiting downloads (%2); %3</source>
+            <translation>%1 正在限制下载（%2）；%3</translation>
+        </message>
+        <message>
+            <source>%1 had a problem (%2); try again later or use a mirror</source>
+            <translation>%1 出现问题（%2）；请稍后重试或使用镜像</translation>
+        </message>
+        <message>
+            <source>an unexpected answer</source>
+            <translation>意外的响应</translation>
+        </message>
+        <message>
+            <source>an unexpected problem</source>
+            <translation>意外的问题</translation>
+        </message>
+        <message>
+            <source>Delete…</source>
+            <translation>删除…</translation>
+        </message>
+        <message>
+            <source>Remove the selected model (asks first, says what happens to its file)</source>
+            <translation>移除所选模型（会先询问，并说明其文件将如何处理）</translation>
         </message>
         <message>
             <source>Import file…</source>
@@ -953,12 +1199,34 @@
             <translation>未完成的下载已删除。</translation>
         </message>
         <message>
-            <source>Delete model</source>
-            <translation>删除模型</translation>
+            <source>Remove %1 from the list? Its file %2 is already gone.</source>
+            <translation>从列表中移除 %1？其文件 %2 已不存在。</translation>
         </message>
         <message>
-            <source>Delete %1 from this computer?</source>
-            <translation>要从本机删除 %1 吗？</translation>
+            <source>Remove from list</source>
+            <translation>从列表中移除</translation>
+        </message>
+        <message>
+            <source>Remove %1 from the list and delete the file (%2)?
+%3</source>
+            <translation>从列表中移除 %1 并删除该文件（%2）？
+%3</translation>
+        </message>
+        <message>
+            <source>It is the model in use: it will be unloaded first.</source>
+            <translation>这是当前使用的模型：将先卸载它。</translation>
+        </message>
+        <message>
+            <source>Delete file</source>
+            <translation>删除文件</translation>
+        </message>
+        <message>
+            <source>Remove %1 from the list? The file stays at %2.</source>
+            <translation>从列表中移除 %1？文件仍保留在 %2。</translation>
+        </message>
+        <message>
+            <source>Delete model</source>
+            <translation>删除模型</translation>
         </message>
         <message>
             <source>Import a model file</source>
@@ -967,6 +1235,61 @@
         <message>
             <source>Models (*.gguf *.ternary)</source>
             <translation>模型 (*.gguf *.ternary)</translation>
+        </message>
+    </context>
+    <context>
+        <name>NumberField</name>
+        <message>
+            <source>Temperature must be between 0 (greedy, always the likeliest token) and 2.</source>
+            <translation>温度必须介于 0（贪心，总是选择最可能的词元）和 2 之间。</translation>
+        </message>
+        <message>
+            <source>Top-p must be above 0 and at most 1 (1 turns it off).</source>
+            <translation>Top-p 必须大于 0 且不超过 1（1 表示关闭）。</translation>
+        </message>
+        <message>
+            <source>Top-k must be a whole number from 0 (off) to 1000.</source>
+            <translation>Top-k 必须是 0（关闭）到 1000 之间的整数。</translation>
+        </message>
+        <message>
+            <source>Min-p must be between 0 (off) and 1.</source>
+            <translation>Min-p 必须介于 0（关闭）和 1 之间。</translation>
+        </message>
+        <message>
+            <source>Repetition penalty must be between 0.5 and 2 (1 turns it off).</source>
+            <translation>重复惩罚必须介于 0.5 和 2 之间（1 表示关闭）。</translation>
+        </message>
+        <message>
+            <source>Presence penalty must be between -2 and 2 (0 turns it off).</source>
+            <translation>存在惩罚必须介于 -2 和 2 之间（0 表示关闭）。</translation>
+        </message>
+        <message>
+            <source>Max new tokens must be a whole number from 1 to 262144.</source>
+            <translation>最大新词元数必须是 1 到 262144 之间的整数。</translation>
+        </message>
+        <message>
+            <source>The seed must be a whole number from 0 to 18446744073709551615 (empty = random).</source>
+            <translation>种子必须是 0 到 18446744073709551615 之间的整数（留空 = 随机）。</translation>
+        </message>
+        <message>
+            <source>Context length must be 0 (Auto) or a whole number of tokens up to 1048576.</source>
+            <translation>上下文长度必须为 0（自动）或不超过 1048576 的整数词元数。</translation>
+        </message>
+        <message>
+            <source>The VRAM cap must be 0 (no cap) or a size in GiB up to 4096.</source>
+            <translation>显存上限必须为 0（不限制）或不超过 4096 的 GiB 数值。</translation>
+        </message>
+        <message>
+            <source>a whole number</source>
+            <translation>整数</translation>
+        </message>
+        <message>
+            <source>a number</source>
+            <translation>数字</translation>
+        </message>
+        <message>
+            <source>“%1” is not %2.</source>
+            <translation>“%1”不是%2。</translation>
         </message>
     </context>
     <context>
@@ -1224,10 +1547,6 @@
             <translation>模型文件夹检查</translation>
         </message>
         <message>
-            <source>The theme and the language change at once.</source>
-            <translation>主题和语言立即生效。</translation>
-        </message>
-        <message>
             <source>Compute offloaded layers on the CPU</source>
             <translation>在 CPU 上计算卸载的层</translation>
         </message>
@@ -1344,6 +1663,14 @@
             <translation>深色</translation>
         </message>
         <message>
+            <source>System (follow the desktop)</source>
+            <translation>跟随系统（与桌面一致）</translation>
+        </message>
+        <message>
+            <source>The theme and the language change when you click Apply or OK; no restart is needed.</source>
+            <translation>点击“应用”或“确定”后主题和语言即生效，无需重启。</translation>
+        </message>
+        <message>
             <source>Enter a context length or choose Auto.</source>
             <translation>请输入上下文长度或选择“自动”。</translation>
         </message>
@@ -1378,6 +1705,10 @@
         <message>
             <source>This folder is not writable: downloads could not be saved in it.</source>
             <translation>该文件夹不可写：下载的文件无法保存到其中。</translation>
+        </message>
+        <message>
+            <source>At most %1: the context in use holds %2 tokens, and the prompt takes at least one.</source>
+            <translation>最多 %1：当前上下文可容纳 %2 个词元，且提示词至少占用 1 个。</translation>
         </message>
         <message>
             <source>Load a model to see what a context length costs.</source>
@@ -1441,6 +1772,196 @@
         </message>
     </context>
     <context>
+        <name>Startup</name>
+        <message>
+            <source>it was not a file</source>
+            <translation>它不是一个文件</translation>
+        </message>
+        <message>
+            <source>it could not be read</source>
+            <translation>无法读取它</translation>
+        </message>
+        <message>
+            <source>it was far too large to be a settings file</source>
+            <translation>它太大了，不可能是设置文件</translation>
+        </message>
+        <message>
+            <source>it contained bytes that are not text (they now show as �)</source>
+            <translation>其中含有不是文本的字节（现在显示为 �）</translation>
+        </message>
+        <message>
+            <source>it was cut short or damaged</source>
+            <translation>它被截断或已损坏</translation>
+        </message>
+        <message>
+            <source>it was damaged (nested far too deep)</source>
+            <translation>它已损坏（嵌套层数过深）</translation>
+        </message>
+        <message>
+            <source>it did not contain settings</source>
+            <translation>其中没有设置</translation>
+        </message>
+        <message>
+            <source>it was written by a newer version of Ternary Chat</source>
+            <translation>它是由更新版本的 Ternary Chat 写入的</translation>
+        </message>
+        <message>
+            <source>Your settings file %1 had a problem: %2.</source>
+            <translation>设置文件 %1 有问题：%2。</translation>
+        </message>
+        <message>
+            <source>Your settings file %1 had values that are not valid.</source>
+            <translation>设置文件 %1 中有无效的值。</translation>
+        </message>
+        <message>
+            <source>These went back to their defaults: %1.</source>
+            <translation>以下设置已恢复为默认值：%1。</translation>
+        </message>
+        <message>
+            <source>Settings the file no longer held were taken from the last good copy (%1).</source>
+            <translation>文件中缺失的设置已从上一份完好的副本（%1）中恢复。</translation>
+        </message>
+        <message>
+            <source>Settings the file no longer held are back to their defaults.</source>
+            <translation>文件中缺失的设置已恢复为默认值。</translation>
+        </message>
+        <message>
+            <source>Every other setting was kept.</source>
+            <translation>其他所有设置均已保留。</translation>
+        </message>
+        <message>
+            <source>The file as it was is kept at %1.</source>
+            <translation>文件的原样副本保存在 %1。</translation>
+        </message>
+        <message>
+            <source>No copy of it could be made, so it was left as it is and will not be overwritten.</source>
+            <translation>无法为它创建副本，因此它保持原样，不会被覆盖。</translation>
+        </message>
+        <message>
+            <source>Your chat history %1 is damaged and could not be read. It was moved to %2 and kept there; a new history was started.</source>
+            <translation>聊天记录 %1 已损坏，无法读取。它已被移到 %2 并保留在那里；已开始新的聊天记录。</translation>
+        </message>
+        <message>
+            <source>Conversations that could still be read were copied into the new history: %1.</source>
+            <translation>仍可读取的对话已复制到新的聊天记录中：%1 个。</translation>
+        </message>
+        <message>
+            <source>Your chat history %1 was not a file. It was moved to %2 and kept there; a new history was started.</source>
+            <translation>聊天记录 %1 不是文件。它已被移到 %2 并保留在那里；已开始新的聊天记录。</translation>
+        </message>
+        <message>
+            <source>Your chat history %1 was saved by a newer version of Ternary Chat (format %2; this version reads format %3). It was left untouched, so that version will still show every conversation.</source>
+            <translation>聊天记录 %1 由更新版本的 Ternary Chat 保存（格式 %2；此版本读取格式 %3）。它保持原样未被改动，因此那个版本仍会显示所有对话。</translation>
+        </message>
+        <message>
+            <source>Chats of this version are kept in %1 meanwhile.</source>
+            <translation>在此期间，此版本的对话保存在 %1。</translation>
+        </message>
+        <message>
+            <source>Chats of this session are not saved.</source>
+            <translation>本次会话的对话不会被保存。</translation>
+        </message>
+        <message>
+            <source>Your chat history %1 is in use by another program, so chats of this session are not saved. Close that program and start Ternary Chat again.</source>
+            <translation>聊天记录 %1 正被另一个程序使用，因此本次会话的对话不会被保存。请关闭那个程序后重新启动 Ternary Chat。</translation>
+        </message>
+        <message>
+            <source>Your chat history was converted to this version's format; a copy of it as it was is kept at %1.</source>
+            <translation>聊天记录已转换为此版本的格式；转换前的副本保存在 %1。</translation>
+        </message>
+        <message>
+            <source>Your chat history %1 cannot be opened or written, so chats of this session are not saved.</source>
+            <translation>无法打开或写入聊天记录 %1，因此本次会话的对话不会被保存。</translation>
+        </message>
+        <message>
+            <source>%1 was where Ternary Chat needs a folder; it was moved to %2 and kept there.</source>
+            <translation>%1 占用了 Ternary Chat 需要的文件夹位置；它已被移到 %2 并保留在那里。</translation>
+        </message>
+        <message>
+            <source>Ternary Chat</source>
+            <translation>Ternary Chat 三值聊天</translation>
+        </message>
+        <message>
+            <source>Ternary Chat is already running.</source>
+            <translation>Ternary Chat 已在运行。</translation>
+        </message>
+        <message>
+            <source>Its window has been brought to the front.</source>
+            <translation>已将它的窗口切换到最前面。</translation>
+        </message>
+        <message>
+            <source>Switch to its window, or close it before starting Ternary Chat again.</source>
+            <translation>请切换到它的窗口，或先关闭它再重新启动 Ternary Chat。</translation>
+        </message>
+        <message>
+            <source>Your chat history could not be shown, so chats of this session are not saved. Details are in the log: %1.</source>
+            <translation>无法显示聊天记录，因此本次会话的对话不会被保存。详细信息见日志：%1。</translation>
+        </message>
+    </context>
+    <context>
+        <name>SummaryProgressDialog</name>
+        <message>
+            <source>%1 s</source>
+            <translation>%1 秒</translation>
+        </message>
+        <message>
+            <source>%1 min %2 s</source>
+            <translation>%1 分 %2 秒</translation>
+        </message>
+        <message>
+            <source>%1 h %2 min</source>
+            <translation>%1 小时 %2 分</translation>
+        </message>
+        <message>
+            <source>Estimating the time left…</source>
+            <translation>正在估算剩余时间…</translation>
+        </message>
+        <message>
+            <source>About %1 left</source>
+            <translation>大约还剩 %1</translation>
+        </message>
+        <message>
+            <source>The context (%1 tokens) is too small to summarize: the instructions and a %2-token answer leave only %3 tokens for the text. Choose a longer context in Settings → Hardware.</source>
+            <translation>上下文（%1 个词元）太小，无法生成摘要：指令和 %2 个词元的回答只给文本留下 %3 个词元。请在“设置 → 硬件”中选择更长的上下文。</translation>
+        </message>
+        <message>
+            <source>A partial summary (%1 tokens) is too long to combine in this context (room for %2 tokens), so the partial summaries are shown uncombined. Choose a longer context in Settings → Hardware to combine them.</source>
+            <translation>某个部分摘要（%1 个词元）太长，无法在此上下文中合并（只有 %2 个词元的空间），因此各部分摘要未经合并直接显示。请在“设置 → 硬件”中选择更长的上下文以合并它们。</translation>
+        </message>
+        <message>
+            <source>Cancel</source>
+            <translation>取消</translation>
+        </message>
+        <message>
+            <source>Cancel summarizing (what is done is kept)</source>
+            <translation>取消生成摘要（已完成的部分会保留）</translation>
+        </message>
+        <message>
+            <source>Summarizing</source>
+            <translation>正在生成摘要</translation>
+        </message>
+        <message>
+            <source>Summarizing progress</source>
+            <translation>摘要进度</translation>
+        </message>
+        <message>
+            <source>Summarizing %1…</source>
+            <translation>正在为 %1 生成摘要…</translation>
+        </message>
+        <message>
+            <source>reading the parts</source>
+            <translation>逐段阅读</translation>
+        </message>
+        <message>
+            <source>combining the summaries</source>
+            <translation>合并摘要</translation>
+        </message>
+        <message>
+            <source>Summarizing %1: step %2 of about %3 (%4)</source>
+            <translation>正在为 %1 生成摘要：第 %2 步，共约 %3 步（%4）</translation>
+        </message>
+    </context>
+    <context>
         <name>WelcomePage</name>
         <message>
             <source>Welcome to Ternary Chat</source>
@@ -1479,6 +2000,30 @@
             <translation>打开模型管理器</translation>
         </message>
         <message>
+            <source>Download problem</source>
+            <translation>下载问题</translation>
+        </message>
+        <message>
+            <source>Retry</source>
+            <translation>重试</translation>
+        </message>
+        <message>
+            <source>Use a mirror…</source>
+            <translation>使用镜像…</translation>
+        </message>
+        <message>
+            <source>Download from another hub or a mirror</source>
+            <translation>从其他模型中心或镜像下载</translation>
+        </message>
+        <message>
+            <source>Import a file you already have…</source>
+            <translation>导入已有的文件…</translation>
+        </message>
+        <message>
+            <source>Import a model file from this computer</source>
+            <translation>从此电脑导入模型文件</translation>
+        </message>
+        <message>
             <source>GPU: %1 (%2 free of %3) · RAM: %4 available of %5</source>
             <translation>GPU：%1（%3 中空闲 %2）· 内存：%5 中可用 %4</translation>
         </message>
@@ -1509,6 +2054,34 @@
         <message>
             <source>Recommended for this computer: %1 (%2, %3 download), runs %4.</source>
             <translation>本机推荐：%1（%2，下载 %3），%4运行。</translation>
+        </message>
+        <message>
+            <source>The download of %1 failed: %2.</source>
+            <translation>%1 下载失败：%2。</translation>
+        </message>
+        <message>
+            <source>Retry (resumes)</source>
+            <translation>重试（继续下载）</translation>
+        </message>
+        <message>
+            <source>Retry the download; it continues where it stopped</source>
+            <translation>重试下载；将从中断处继续</translation>
+        </message>
+        <message>
+            <source>Retry the download</source>
+            <translation>重试下载</translation>
+        </message>
+        <message>
+            <source>Downloads now come from %1: press Retry.</source>
+            <translation>现在将从 %1 下载：请点击“重试”。</translation>
+        </message>
+        <message>
+            <source>Import a model file</source>
+            <translation>导入模型文件</translation>
+        </message>
+        <message>
+            <source>Models (*.gguf *.ternary)</source>
+            <translation>模型 (*.gguf *.ternary)</translation>
         </message>
     </context>
 </TS>

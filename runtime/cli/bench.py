@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from runtime.cli.generate import add_decode_activations_option, add_kv_cache_option
+from runtime.cli.generate import MAX_CLI_CONTEXT, add_decode_activations_option, add_kv_cache_option
+from runtime.sampling_params import MAX_SEED, cli_device, cli_int
 
 
 def register(sub: Any) -> None:
@@ -17,15 +18,19 @@ def register(sub: Any) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("model", nargs="?", help="model file or folder")
     src.add_argument("--synthetic", metavar="NAME", help="random ternary weights with exact Bonsai shapes (bonsai-1.7b, -4b, -8b)")
-    p.add_argument("--ctx", type=int, default=4096, help="context length (default 4096)")
-    p.add_argument("--prompt-tokens", type=int, default=512, help="prompt length (default 512)")
-    p.add_argument("--gen", type=int, default=256, help="tokens to generate (default 256)")
-    p.add_argument("--runs", type=int, default=3, help="measured runs, median reported (default 3; one warm-up excluded)")
+    p.add_argument("--ctx", type=cli_int(1, MAX_CLI_CONTEXT, "--ctx"), default=4096, help="context length (default 4096)")
+    p.add_argument("--prompt-tokens", type=cli_int(1, MAX_CLI_CONTEXT, "--prompt-tokens"), default=512,
+                   help="prompt length (default 512)")
+    p.add_argument("--gen", type=cli_int(2, MAX_CLI_CONTEXT, "--gen"), default=256, help="tokens to generate (default 256)")
+    p.add_argument("--runs", type=cli_int(1, 1000, "--runs"), default=3,
+                   help="measured runs, median reported (default 3; one warm-up excluded)")
     p.add_argument("--max-vram", metavar="BYTES", help="behave like a card with this much memory (e.g. 2GiB)")
     p.add_argument("--baseline", choices=["bf16", "none"], default="bf16", help="reference to run alongside (default bf16)")
-    p.add_argument("--baseline-gen", type=int, help="tokens the bf16 baseline generates (default: --gen)")
-    p.add_argument("--device", default="auto", help="auto, cuda, cuda:N or cpu")
-    p.add_argument("--seed", type=int, default=0, help="seed of the synthetic weights and the prompt")
+    p.add_argument("--baseline-gen", type=cli_int(1, MAX_CLI_CONTEXT, "--baseline-gen"),
+                   help="tokens the bf16 baseline generates (default: --gen)")
+    p.add_argument("--device", default="auto", type=cli_device, help="auto, cuda, cuda:N or cpu")
+    p.add_argument("--seed", type=cli_int(0, MAX_SEED, "--seed"), default=0,
+                   help="seed of the synthetic weights and the prompt")
     p.add_argument("--cache-dir", help="keep generated synthetic weights here (reused by later runs)")
     p.add_argument("--json", metavar="PATH", help="also write the full result as JSON")
     add_kv_cache_option(p)

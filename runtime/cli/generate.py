@@ -11,11 +11,16 @@ import json
 import sys
 from typing import Any
 
+from runtime.sampling_params import cli_device, cli_int, cli_type
+
+MAX_CLI_CONTEXT = 1_048_576  # the app's limit for a manual context length
+
 
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="model: .ternary file, .gguf file or Hugging Face folder")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda or cuda:N")
-    p.add_argument("--ctx", type=int, metavar="N", help="context length in tokens (default: the planner's choice)")
+    p.add_argument("--device", default="auto", type=cli_device, help="auto (default), cpu, cuda or cuda:N")
+    p.add_argument("--ctx", type=cli_int(1, MAX_CLI_CONTEXT, "--ctx"), metavar="N",
+                   help="context length in tokens (default: the planner's choice)")
     p.add_argument("--max-vram", metavar="BYTES", help="behave like a GPU with this much memory (e.g. 6GiB)")
     p.add_argument("--backend", default="auto", help="ternary matmul backend (default: fastest for the device)")
     add_kv_cache_option(p)
@@ -48,15 +53,22 @@ def planner_kv_name(choice: str) -> str:
 
 def add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", metavar="TEXT", help="system message (chat mode)")
-    p.add_argument("--max-new-tokens", type=int, default=512, metavar="N", help="answer length limit (default 512)")
-    p.add_argument("--temperature", type=float, metavar="T", help="0 = greedy (default: the model's)")
-    p.add_argument("--top-k", type=int, metavar="K", help="0 = off (default: the model's)")
-    p.add_argument("--top-p", type=float, metavar="P", help="1 = off (default: the model's)")
-    p.add_argument("--min-p", type=float, metavar="P", help="0 = off (default: the model's)")
-    p.add_argument("--repetition-penalty", type=float, metavar="R", help="1 = off, HF semantics")
-    p.add_argument("--presence-penalty", type=float, metavar="P", help="0 = off, OpenAI semantics")
-    p.add_argument("--frequency-penalty", type=float, metavar="P", help="0 = off, OpenAI semantics")
-    p.add_argument("--seed", type=int, metavar="S", help="random seed (same seed => same output)")
+    # ranges: runtime.sampling_params.RULES, the same the app and the engine enforce
+    p.add_argument("--max-new-tokens", type=cli_type("max_new_tokens"), default=512, metavar="N",
+                   help="answer length limit, 1..262144 (default 512)")
+    p.add_argument("--temperature", type=cli_type("temperature"), metavar="T",
+                   help="0..2, 0 = greedy (default: the model's)")
+    p.add_argument("--top-k", type=cli_type("top_k"), metavar="K", help="0..1000, 0 = off (default: the model's)")
+    p.add_argument("--top-p", type=cli_type("top_p"), metavar="P", help="0.01..1, 1 = off (default: the model's)")
+    p.add_argument("--min-p", type=cli_type("min_p"), metavar="P", help="0..1, 0 = off (default: the model's)")
+    p.add_argument("--repetition-penalty", type=cli_type("repetition_penalty"), metavar="R",
+                   help="0.5..2, 1 = off, HF semantics")
+    p.add_argument("--presence-penalty", type=cli_type("presence_penalty"), metavar="P",
+                   help="-2..2, 0 = off, OpenAI semantics")
+    p.add_argument("--frequency-penalty", type=cli_type("frequency_penalty"), metavar="P",
+                   help="-2..2, 0 = off, OpenAI semantics")
+    p.add_argument("--seed", type=cli_type("seed"), metavar="S",
+                   help="random seed, 0..2**64-1 (same seed => same output)")
     p.add_argument("--stop", action="append", default=[], metavar="S", help="stop string (repeatable)")
     think = p.add_mutually_exclusive_group()
     think.add_argument("--think", dest="enable_thinking", action="store_true", default=None,
@@ -80,16 +92,17 @@ def register(sub: Any) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Any:
     from runtime.generation import GenerationSettings
+    from runtime.sampling_params import validate_generation_settings
 
-    if args.max_new_tokens < 1:
-        raise ValueError("--max-new-tokens must be at least 1")
-    return GenerationSettings(
+    settings = GenerationSettings(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
         frequency_penalty=args.frequency_penalty, max_new_tokens=args.max_new_tokens, seed=args.seed,
         stop=list(args.stop), enable_thinking=args.enable_thinking, reasoning_effort=args.reasoning_effort,
         ignore_eos=bool(getattr(args, "ignore_eos", False)),
     )
+    validate_generation_settings(settings)  # argparse checked each flag; this keeps callers honest
+    return settings
 
 
 def load_engine(args: argparse.Namespace, quiet: bool = False) -> Any:

@@ -16,6 +16,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
+from runtime.formats.config_schema import (
+    MAX_CONTEXT,
+    MAX_FFN,
+    MAX_HEAD_DIM,
+    MAX_HEADS,
+    MAX_HIDDEN,
+    MAX_LAYERS,
+    Fields,
+    check_layer_count,
+    validate_config,
+)
 from runtime.formats.model_data import Tensor
 from runtime.model.config import ModelConfig, RopeScaling
 
@@ -33,8 +44,9 @@ class ArchSpec:
     gguf_block_names: dict[str, str]  # "attn_q.weight" -> "self_attn.q_proj.weight"
     expected_shapes: Callable[[ModelConfig], dict[str, Shape]]  # required tensors and shapes
     is_ternary: Callable[[str, Shape], bool]  # canonical name, shape -> stored as ternary?
-    config_from_gguf: Callable[[Mapping[str, Any], Mapping[str, Shape]], ModelConfig]
-    config_from_hf: Callable[[Mapping[str, Any], Mapping[str, Shape]], ModelConfig]
+    # (metadata, canonical shapes, *, source=file name) -> config, every field checked (config_schema)
+    config_from_gguf: Callable[..., ModelConfig]
+    config_from_hf: Callable[..., ModelConfig]
     gguf_metadata: Callable[[ModelConfig], dict[str, Any]]  # arch keys for the GGUF writer
     hf_block_prefix: str = "model.layers."
     gguf_block_prefix: str = "blk."
@@ -132,8 +144,14 @@ def arch_for_hf(model_type: str) -> ArchSpec:
                                 f"{', '.join(sorted(t for s in _ARCHS.values() for t in s.hf_model_types))})")
 
 
-def check_tensor_set(config: ModelConfig, shapes: Mapping[str, Shape], *, source: str) -> None:
-    """Refuse missing tensors and shapes that disagree with the config (names the first problems)."""
+def check_tensor_set(config: ModelConfig, shapes: Mapping[str, Shape], *, source: str,
+                     names: Mapping[str, str] | None = None) -> None:
+    """Refuse a config out of range, a layer count the tensor table does not have, missing tensors
+    and shapes that disagree with the config (names the first problems). The layer count is
+    checked before the table of expected tensors is built: that table grows with it."""
+    names = names or {}
+    validate_config(config, source, names)
+    check_layer_count(config.num_layers, shapes, source, field=names.get("num_layers", "num_layers"))
     spec = get_arch(config.arch)
     expected = spec.expected_shapes(config)
     missing = [n for n in expected if n not in shapes]
@@ -196,106 +214,128 @@ def _qwen3_is_ternary(name: str, shape: Shape) -> bool:
     return len(shape) == 2 and name.endswith(".weight") and "norm" not in name
 
 
-def _num(meta: Mapping[str, Any], key: str, default: Any = None, kind: type = int) -> Any:
-    if key not in meta:
-        if default is None:
-            raise ModelFormatError(f"GGUF metadata key {key!r} is missing")
-        return default
-    v = meta[key]
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        raise ModelFormatError(f"GGUF metadata key {key!r} should be a number, got {type(v).__name__}")
-    if kind is int and (int(v) != v or v < 0 or v > 1 << 40):
-        raise ModelFormatError(f"GGUF metadata key {key!r} has an impossible value {v!r}")
-    return kind(v)
+def gguf_config_names(a: str) -> dict[str, str]:
+    """ModelConfig attribute -> GGUF metadata key, for messages that name the file's own field."""
+    return {
+        "hidden_size": f"{a}.embedding_length", "intermediate_size": f"{a}.feed_forward_length",
+        "num_layers": f"{a}.block_count", "num_heads": f"{a}.attention.head_count",
+        "num_kv_heads": f"{a}.attention.head_count_kv", "head_dim": f"{a}.attention.key_length",
+        "rms_norm_eps": f"{a}.attention.layer_norm_rms_epsilon", "rope_theta": f"{a}.rope.freq_base",
+        "max_position_embeddings": f"{a}.context_length", "rope_scaling": f"{a}.rope.scaling",
+        "vocab_size": "token_embd.weight rows",
+    }
 
 
-def _qwen3_config_from_gguf(meta: Mapping[str, Any], shapes: Mapping[str, Shape]) -> ModelConfig:
-    a = str(meta.get("general.architecture", "qwen3"))
+HF_CONFIG_NAMES = {
+    "hidden_size": "hidden_size", "intermediate_size": "intermediate_size", "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+    "rms_norm_eps": "rms_norm_eps", "rope_theta": "rope_theta", "max_position_embeddings": "max_position_embeddings",
+    "rope_scaling": "rope_scaling", "vocab_size": "model.embed_tokens.weight rows",
+    "tie_word_embeddings": "tie_word_embeddings",
+}
+
+
+def _qwen3_config_from_gguf(meta: Mapping[str, Any], shapes: Mapping[str, Shape], *,
+                            source: str = "GGUF metadata") -> ModelConfig:
+    f = Fields(meta, source)
+    a = f.str("general.architecture", "qwen3")
     emb = shapes.get("model.embed_tokens.weight")
     if emb is None or len(emb) != 2:
-        raise ModelFormatError("GGUF has no 2-D token_embd.weight tensor")
-    hidden = _num(meta, f"{a}.embedding_length")
-    heads = _num(meta, f"{a}.attention.head_count")
-    if heads == 0:
-        raise ModelFormatError("GGUF metadata: attention.head_count is 0")
+        raise ModelFormatError(f"{source}: GGUF has no 2-D token_embd.weight tensor")
+    hidden = f.int(f"{a}.embedding_length", lo=1, hi=MAX_HIDDEN)
+    heads = f.int(f"{a}.attention.head_count", lo=1, hi=MAX_HEADS)
     rope_scaling = None
-    stype = str(meta.get(f"{a}.rope.scaling.type", "none"))
+    stype = f.str(f"{a}.rope.scaling.type", "none")
     if stype in ("yarn", "linear"):
         rope_scaling = RopeScaling(
             type=stype,
-            factor=_num(meta, f"{a}.rope.scaling.factor", kind=float),
-            original_max_position_embeddings=_num(meta, f"{a}.rope.scaling.original_context_length", 0),
-            beta_fast=_num(meta, f"{a}.rope.scaling.yarn_beta_fast", 32.0, float),
-            beta_slow=_num(meta, f"{a}.rope.scaling.yarn_beta_slow", 1.0, float),
-            attention_factor=(_num(meta, f"{a}.rope.scaling.attn_factor", kind=float)
-                              if f"{a}.rope.scaling.attn_factor" in meta else None),
+            factor=f.float(f"{a}.rope.scaling.factor", lo=0.0, hi=1024.0, lo_open=True),
+            original_max_position_embeddings=f.int(f"{a}.rope.scaling.original_context_length", 0, hi=MAX_CONTEXT),
+            beta_fast=f.float(f"{a}.rope.scaling.yarn_beta_fast", 32.0, lo=0.0, hi=1e4),
+            beta_slow=f.float(f"{a}.rope.scaling.yarn_beta_slow", 1.0, lo=0.0, hi=1e4),
+            attention_factor=f.float(f"{a}.rope.scaling.attn_factor", None, lo=0.0, hi=100.0, lo_open=True),
         )
     elif stype not in ("none", ""):
-        raise UnsupportedModelError(f"unsupported RoPE scaling type {stype!r}")
-    return ModelConfig(
+        raise UnsupportedModelError(f"{source}: unsupported RoPE scaling type {stype!r} ({a}.rope.scaling.type)")
+    cfg = ModelConfig(
         arch="qwen3",
         vocab_size=int(emb[0]),
         hidden_size=hidden,
-        intermediate_size=_num(meta, f"{a}.feed_forward_length"),
-        num_layers=_num(meta, f"{a}.block_count"),
+        intermediate_size=f.int(f"{a}.feed_forward_length", lo=1, hi=MAX_FFN),
+        num_layers=f.int(f"{a}.block_count", lo=1, hi=MAX_LAYERS),
         num_heads=heads,
-        num_kv_heads=_num(meta, f"{a}.attention.head_count_kv", heads),
-        head_dim=_num(meta, f"{a}.attention.key_length", hidden // heads),
-        rms_norm_eps=_num(meta, f"{a}.attention.layer_norm_rms_epsilon", 1e-6, float),
-        rope_theta=_num(meta, f"{a}.rope.freq_base", 10000.0, float),
+        num_kv_heads=f.int(f"{a}.attention.head_count_kv", heads, lo=1, hi=MAX_HEADS),
+        head_dim=f.int(f"{a}.attention.key_length", hidden // heads, lo=2, hi=MAX_HEAD_DIM),
+        rms_norm_eps=f.float(f"{a}.attention.layer_norm_rms_epsilon", 1e-6, lo=0.0, hi=0.1, lo_open=True),
+        rope_theta=f.float(f"{a}.rope.freq_base", 10000.0, lo=1.0, hi=1e12, lo_open=True),
         rope_scaling=rope_scaling,
-        max_position_embeddings=_num(meta, f"{a}.context_length", 32768),
+        max_position_embeddings=f.int(f"{a}.context_length", 32768, lo=1, hi=MAX_CONTEXT),
         tie_word_embeddings="lm_head.weight" not in shapes,
     )
+    return validate_config(cfg, source, gguf_config_names(a))
 
 
-def rope_from_hf(cfg: Mapping[str, Any]) -> tuple[float, RopeScaling | None]:
+def _rope_fields(cfg: Mapping[str, Any], source: str) -> tuple[Fields, Fields | None, str]:
+    """(fields holding rope_theta, fields holding the scaling or None, scaling's field name)."""
+    f = Fields(cfg, source)
+    params = f.mapping("rope_parameters", {})
+    where = "rope_parameters"
+    if isinstance(params.get("full_attention"), Mapping):
+        params, where = params["full_attention"], "rope_parameters.full_attention"
+    pf = Fields(params, source, prefix=where + ".")
+    theta_f = pf if pf.has("rope_theta") else f
+    scaling = f.mapping("rope_scaling", {})
+    if scaling:
+        return theta_f, Fields(scaling, source, prefix="rope_scaling."), "rope_scaling"
+    return theta_f, pf if params else None, where
+
+
+def rope_from_hf(cfg: Mapping[str, Any], source: str = "config.json") -> tuple[float, RopeScaling | None]:
     """(rope_theta, scaling) from either transformers-5 ``rope_parameters`` or older keys."""
-    params = cfg.get("rope_parameters") or {}
-    if isinstance(params, dict) and "full_attention" in params and isinstance(params["full_attention"], dict):
-        params = params["full_attention"]
-    theta = float(params.get("rope_theta", cfg.get("rope_theta", 10000.0)))
-    scaling = cfg.get("rope_scaling") or params
-    rtype = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    theta_f, sf, _where = _rope_fields(cfg, source)
+    theta = theta_f.float("rope_theta", 10000.0, lo=1.0, hi=1e12, lo_open=True)
+    if sf is None:
+        return theta, None
+    rtype = sf.str("rope_type", None) if sf.has("rope_type") else sf.str("type", "default")
     if rtype in (None, "default"):
         return theta, None
     if rtype not in ("yarn", "linear"):
-        raise UnsupportedModelError(f"unsupported RoPE scaling type {rtype!r}")
+        raise UnsupportedModelError(f"{source}: unsupported RoPE scaling type {rtype!r}")
     return theta, RopeScaling(
         type=rtype,
-        factor=float(scaling.get("factor", 1.0)),
-        original_max_position_embeddings=int(scaling.get("original_max_position_embeddings") or 0),
-        beta_fast=float(scaling.get("beta_fast") or 32.0),
-        beta_slow=float(scaling.get("beta_slow") or 1.0),
-        attention_factor=(float(scaling["attention_factor"]) if scaling.get("attention_factor") is not None else None),
+        factor=sf.float("factor", 1.0, lo=0.0, hi=1024.0, lo_open=True),
+        original_max_position_embeddings=sf.int("original_max_position_embeddings", 0, hi=MAX_CONTEXT),
+        beta_fast=sf.float("beta_fast", 32.0, lo=0.0, hi=1e4) or 32.0,
+        beta_slow=sf.float("beta_slow", 1.0, lo=0.0, hi=1e4) or 1.0,
+        attention_factor=sf.float("attention_factor", None, lo=0.0, hi=100.0, lo_open=True),
     )
 
 
-def _qwen3_config_from_hf(cfg: Mapping[str, Any], shapes: Mapping[str, Shape]) -> ModelConfig:
+def _qwen3_config_from_hf(cfg: Mapping[str, Any], shapes: Mapping[str, Shape], *,
+                          source: str = "config.json") -> ModelConfig:
     emb = shapes.get("model.embed_tokens.weight")
     if emb is None or len(emb) != 2:
-        raise ModelFormatError("config.json/safetensors: no 2-D model.embed_tokens.weight tensor")
-    try:
-        hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        theta, scaling = rope_from_hf(cfg)
-        return ModelConfig(
-            arch="qwen3",
-            vocab_size=int(emb[0]),
-            hidden_size=hidden,
-            intermediate_size=int(cfg["intermediate_size"]),
-            num_layers=int(cfg["num_hidden_layers"]),
-            num_heads=heads,
-            num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=theta,
-            rope_scaling=scaling,
-            max_position_embeddings=int(cfg.get("max_position_embeddings", 32768)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        )
-    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
-        raise ModelFormatError(f"config.json is missing or has a bad value for {exc}") from None
+        raise ModelFormatError(f"{source}: the safetensors files have no 2-D model.embed_tokens.weight tensor")
+    f = Fields(cfg, source)
+    hidden = f.int("hidden_size", lo=1, hi=MAX_HIDDEN)
+    heads = f.int("num_attention_heads", lo=1, hi=MAX_HEADS)
+    theta, scaling = rope_from_hf(cfg, source)
+    c = ModelConfig(
+        arch="qwen3",
+        vocab_size=int(emb[0]),
+        hidden_size=hidden,
+        intermediate_size=f.int("intermediate_size", lo=1, hi=MAX_FFN),
+        num_layers=f.int("num_hidden_layers", lo=1, hi=MAX_LAYERS),
+        num_heads=heads,
+        num_kv_heads=f.int("num_key_value_heads", heads, lo=1, hi=MAX_HEADS),
+        head_dim=f.int("head_dim", hidden // heads, lo=2, hi=MAX_HEAD_DIM),
+        rms_norm_eps=f.float("rms_norm_eps", 1e-6, lo=0.0, hi=0.1, lo_open=True),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        max_position_embeddings=f.int("max_position_embeddings", 32768, lo=1, hi=MAX_CONTEXT),
+        tie_word_embeddings=f.bool("tie_word_embeddings", False),
+    )
+    return validate_config(c, source, HF_CONFIG_NAMES)
 
 
 def _qwen3_gguf_metadata(c: ModelConfig) -> dict[str, Any]:

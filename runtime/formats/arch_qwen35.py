@@ -21,6 +21,7 @@ from typing import Any
 
 from runtime.formats import qwen35_names as q
 from runtime.formats.arch import ArchSpec, register_arch
+from runtime.formats.config_schema import validate_config
 from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS, _split_then_bytelevel
 from runtime.formats.model_data import Tensor
 from runtime.model.config import ModelConfig
@@ -87,22 +88,25 @@ def gguf_shape(hf_name: str, shape: Shape) -> Shape:
     return tuple(shape)
 
 
-def config_from_gguf(meta: Mapping[str, Any], shapes: Mapping[str, Shape]) -> ModelConfig:
-    """``shapes`` keyed by canonical names (as the GGUF reader passes them)."""
+def config_from_gguf(meta: Mapping[str, Any], shapes: Mapping[str, Shape], *,
+                     source: str = "qwen35 GGUF") -> ModelConfig:
+    """``shapes`` keyed by canonical names (as the GGUF reader passes them); fields checked by
+    :mod:`runtime.formats.config_schema` with messages naming ``source``."""
     gguf_shapes = {}
     for name, shape in shapes.items():
         try:
             gguf_shapes[q.canonical_name_to_gguf(name)] = tuple(shape)
         except Exception:
             continue
-    return q.config_from_gguf(meta, gguf_shapes)
+    return q.config_from_gguf(meta, gguf_shapes, source=source)
 
 
-def config_from_hf(cfg: Mapping[str, Any], shapes: Mapping[str, Shape]) -> ModelConfig:
-    c = q.config_from_hf(cfg)
+def config_from_hf(cfg: Mapping[str, Any], shapes: Mapping[str, Shape], *, source: str = "config.json") -> ModelConfig:
+    c = q.config_from_hf(cfg, source=source)
     emb = shapes.get("model.embed_tokens.weight")
     if emb is not None:
         c.vocab_size = int(emb[0])
+        validate_config(c, source, {"vocab_size": "model.embed_tokens.weight rows"})
     return c
 
 

@@ -17,7 +17,7 @@ from runtime.errors import ModelFormatError
 from runtime.formats.gguf_codecs import regroup
 from runtime.formats.loader import open_source, source_sha256
 from runtime.formats.model_data import Provenance, Tensor, TernaryTensor
-from runtime.formats.ternary_file import write_ternary
+from runtime.formats.ternary_file import TernaryFile, write_ternary
 
 # progress(stage, done, total, detail): stage is "hash" or "convert"; done/total in bytes
 Progress = Callable[[str, int, int, str], None]
@@ -43,6 +43,17 @@ def _regrouped(name: str, t: Tensor, group: int) -> Tensor:
         raise ModelFormatError(f"tensor {name}: {exc}") from None
 
 
+def _verified_loader(source: TernaryFile, name: str) -> Callable[[str], Tensor]:
+    """``source.load`` that first checks the tensor's checksum: a corrupt tensor stops the conversion."""
+    def load(n: str) -> Tensor:
+        if not source.checksum_ok(n):
+            raise ModelFormatError(f"{name}: checksum mismatch in tensor {n}; the file is corrupt, so it was not "
+                                   "converted (a new file would carry fresh checksums and hide the damage)")
+        return source.load(n)
+
+    return load
+
+
 def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], *, quantize: bool = False,
             group_size: int = 128, ternary_encoding: str | None = None, regroup_to: int | None = None,
             hash_source: bool = True, progress: Progress | None = None,
@@ -66,12 +77,19 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], *, quantiz
         if hash_source:
             digest = source_sha256(src_p, cancel=cancel,
                                    progress=(lambda d, t: progress("hash", d, t, src_p.name)) if progress else None)
+        if source.tokenizer is not None:  # embed only a tokenizer that builds and fits the vocabulary
+            from runtime.tokenizer import check_tokenizer
+
+            check_tokenizer(source.tokenizer, source.config.vocab_size, f"{src_p.name} (tokenizer)")
         names = source.tensor_names()
         specs = [source.tensor_spec(n) for n in names]
-        loader: Callable[[str], Tensor] = source.load
+        base: Callable[[str], Tensor] = source.load
+        if isinstance(source, TernaryFile):  # never launder corruption into fresh checksums
+            base = _verified_loader(source, src_p.name)
+        loader = base
         if regroup_to:
             specs = [replace(s, group_size=regroup_to) if s.group_size else s for s in specs]
-            loader = lambda n: _regrouped(n, source.load(n), regroup_to)  # noqa: E731
+            loader = lambda n: _regrouped(n, base(n), regroup_to)  # noqa: E731
         prov = Provenance(source_name=src_p.name, source_sha256=digest, source_format=source.source_format)
         if source.source_format == "ternary" and hasattr(source, "provenance"):
             old = source.provenance()  # re-conversion keeps the original source's identity

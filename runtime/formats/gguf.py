@@ -27,7 +27,10 @@ import torch
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats import gguf_codecs as gc
-from runtime.formats.arch import ArchSpec, arch_for_gguf, check_tensor_set
+from runtime.formats.arch import ArchSpec, arch_for_gguf, check_tensor_set, gguf_config_names
+from runtime.formats.config_schema import MAX_LAYERS, Fields, check_generation_defaults
+from runtime.formats.dtype_check import check_float_values
+from runtime.formats.file_checks import require_file
 from runtime.formats.mmap_pages import release
 from runtime.formats.model_data import T2, T3, DenseTensor, ModelData, Provenance, Tensor, TernaryTensor
 from runtime.formats.ternary_file import TensorSpec
@@ -133,7 +136,7 @@ class GGUFFile:
     """A validated, memory-mapped GGUF file. Use as a context manager or call :meth:`close`."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = require_file(path, "GGUF file")
         self.size = self.path.stat().st_size
         self._file = open(self.path, "rb")  # noqa: SIM115 - lives as long as the mapping
         try:
@@ -299,16 +302,15 @@ def _int_or_none(v: Any) -> int | None:
     return int(v) if isinstance(v, int | np.integer) and not isinstance(v, bool) else None
 
 
-def generation_defaults_from_gguf(meta: dict[str, Any]) -> dict[str, Any]:
-    keys = {"general.sampling.temp": "temperature", "general.sampling.top_p": "top_p",
-            "general.sampling.top_k": "top_k", "general.sampling.min_p": "min_p",
-            "general.sampling.penalty_repeat": "repetition_penalty"}
-    out: dict[str, Any] = {}
-    for k, name in keys.items():
-        v = meta.get(k)
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            out[name] = int(v) if name == "top_k" else float(v)
-    return out
+GGUF_SAMPLING_KEYS = {"general.sampling.temp": "temperature", "general.sampling.top_p": "top_p",
+                      "general.sampling.top_k": "top_k", "general.sampling.min_p": "min_p",
+                      "general.sampling.penalty_repeat": "repetition_penalty"}
+
+
+def generation_defaults_from_gguf(meta: dict[str, Any], source: str = "GGUF metadata") -> dict[str, Any]:
+    """Sampling defaults from ``general.sampling.*``, each checked (a NaN or a string is refused by name)."""
+    gd = {name: meta[k] for k, name in GGUF_SAMPLING_KEYS.items() if k in meta}
+    return check_generation_defaults(gd, source, {v: k for k, v in GGUF_SAMPLING_KEYS.items()})
 
 
 class GGUFSource:
@@ -332,6 +334,7 @@ class GGUFSource:
 
     def _init(self, group_size: int, non_ternary: str, ternary_encoding: str | None) -> None:
         from runtime.formats.gguf_tokenizer import tokenizer_from_gguf
+        from runtime.tokenizer import check_tokenizer_ids
 
         meta = self.file.metadata
         name = self.path.name
@@ -341,11 +344,21 @@ class GGUFSource:
         self.arch: ArchSpec = arch_for_gguf(gguf_arch)
         self.names: dict[str, str] = {}  # canonical -> gguf
         unknown = []
-        n_blocks = meta.get(f"{gguf_arch}.block_count")
-        n_blocks = int(n_blocks) if isinstance(n_blocks, int) and not isinstance(n_blocks, bool) else None
-        n_mtp = meta.get(f"{gguf_arch}.nextn_predict_layers", 0)
-        if n_blocks is not None and isinstance(n_mtp, int) and 0 < n_mtp < n_blocks:
+        f = Fields(meta, name)
+        # bounded before anything is built per block (a hostile 2**32 - 1 would loop for hours)
+        n_blocks = f.int(f"{gguf_arch}.block_count", lo=1, hi=MAX_LAYERS + 64)
+        n_mtp = f.int(f"{gguf_arch}.nextn_predict_layers", 0, lo=0, hi=n_blocks - 1)
+        total = n_blocks
+        if 0 < n_mtp < n_blocks:
             n_blocks -= n_mtp  # llama.cpp counts the MTP head's layers in block_count; they sit at the end
+        present = {int(i) for g in self.file.tensors if g.startswith("blk.")
+                   and (i := g.split(".")[1]).isdigit() and len(i) < 8}
+        if present not in (set(range(n_blocks)), set(range(total))):  # MTP blocks may be stripped
+            have = f"blocks 0..{max(present)}" if present else "no blocks"
+            if present and len(present) != max(present) + 1:
+                have = f"{len(present)} blocks with gaps (up to block {max(present)})"
+            raise ModelFormatError(f"{name}: {gguf_arch}.block_count says {total} blocks but the tensor table "
+                                   f"has {have}")
         for gname in self.file.tensors:
             if self.arch.gguf_name_fn is not None:
                 hf = self.arch.gguf_name_fn(gname, n_blocks)
@@ -363,14 +376,16 @@ class GGUFSource:
                 + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
             )
         shapes = {hf: self.tensor_shape(hf) for hf in self.names}
-        self.config = self.arch.config_from_gguf(meta, shapes)
-        check_tensor_set(self.config, shapes, source=name)
-        self.tokenizer = tokenizer_from_gguf(meta) if "tokenizer.ggml.model" in meta else None
-        self.generation_defaults = generation_defaults_from_gguf(meta)
+        self.config = self.arch.config_from_gguf(meta, shapes, source=name)
+        check_tensor_set(self.config, shapes, source=name, names=gguf_config_names(gguf_arch))
+        self.tokenizer = tokenizer_from_gguf(meta, source=name) if "tokenizer.ggml.model" in meta else None
+        if self.tokenizer is not None:
+            check_tokenizer_ids(self.tokenizer, self.config.vocab_size, name)
+        self.generation_defaults = generation_defaults_from_gguf(meta, source=name)
         types = sorted({self.file.tensors[g].gtype.name for hf, g in self.names.items()
                         if self.arch.is_ternary(hf, shapes[hf])})
         self.source_format = "gguf:" + "+".join(types)
-        self.model_name = str(meta.get("general.name", self.path.stem))
+        self.model_name = f.str("general.name", self.path.stem)
         self.group_size = group_size
         self.non_ternary = non_ternary
         self.ternary_encoding = ternary_encoding
@@ -404,6 +419,8 @@ class GGUFSource:
         gname = self.names[hf_name]
         t = self.file.decode(gname, ternary_encoding=self.ternary_encoding)
         info = self.file.tensors[gname]
+        if isinstance(t, DenseTensor) and info.gtype in (gc.F16, gc.BF16, gc.F32):
+            check_float_values(t.data, gname, self.path.name, info.gtype.name)  # e.g. F16 bytes typed BF16
         if isinstance(t, DenseTensor) and self.arch.is_ternary(hf_name, info.shape) and self.non_ternary != "dense":
             t, err = ternarize(t.data, hf_name, self.group_size, quantize=self.non_ternary == "quantize",
                                encoding=self.ternary_encoding or "t2", source=self.path.name)

@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import numpy as np
-
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats.model_data import TokenizerData
 
@@ -50,35 +48,33 @@ PRE_TOKENIZERS: dict[str, tuple[dict[str, Any] | None, dict[str, Any], bool]] = 
 }
 
 
-def _as_list(v: Any, what: str) -> list:
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, list):
-        return v
-    raise ModelFormatError(f"GGUF tokenizer: {what} should be an array")
+def tokenizer_from_gguf(meta: dict[str, Any], source: str = "GGUF tokenizer") -> TokenizerData:
+    """Build :class:`TokenizerData` (incl. a ``tokenizer.json`` document) from GGUF metadata.
 
+    Every key is type-checked (:class:`runtime.formats.config_schema.Fields`), naming ``source``."""
+    from runtime.formats.config_schema import Fields
 
-def tokenizer_from_gguf(meta: dict[str, Any]) -> TokenizerData:
-    """Build :class:`TokenizerData` (incl. a ``tokenizer.json`` document) from GGUF metadata."""
+    f = Fields(meta, source)
     model = meta.get("tokenizer.ggml.model")
     if model != "gpt2":
-        raise UnsupportedModelError(f"GGUF tokenizer model {model!r} is not supported (only byte-level BPE 'gpt2')")
-    pre = str(meta.get("tokenizer.ggml.pre", "default"))
+        raise UnsupportedModelError(f"{source}: GGUF tokenizer model {model!r} is not supported "
+                                    "(only byte-level BPE 'gpt2')")
+    pre = f.str("tokenizer.ggml.pre", "default")
     if pre not in PRE_TOKENIZERS:
-        raise UnsupportedModelError(f"GGUF pre-tokenizer {pre!r} is not supported (known: {', '.join(PRE_TOKENIZERS)})")
-    tokens = _as_list(meta.get("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens")
-    if not tokens or not all(isinstance(t, str) for t in tokens):
-        raise ModelFormatError("GGUF tokenizer: tokenizer.ggml.tokens is missing or not a list of strings")
+        raise UnsupportedModelError(f"{source}: GGUF pre-tokenizer {pre!r} is not supported "
+                                    f"(known: {', '.join(PRE_TOKENIZERS)})")
+    tokens = f.str_list("tokenizer.ggml.tokens", max_len=1 << 24)
+    if not tokens:
+        raise ModelFormatError(f"{source}: tokenizer.ggml.tokens is empty")
     n = len(tokens)
-    types = meta.get("tokenizer.ggml.token_type")
-    types = [NORMAL] * n if types is None else [int(t) for t in _as_list(types, "token_type")]
+    types = f.int_list("tokenizer.ggml.token_type", [NORMAL] * n, lo=0, hi=255)
     if len(types) != n:
-        raise ModelFormatError(f"GGUF tokenizer: {len(types)} token types for {n} tokens")
-    merges = _as_list(meta.get("tokenizer.ggml.merges", []), "tokenizer.ggml.merges")
+        raise ModelFormatError(f"{source}: tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
+    merges = f.str_list("tokenizer.ggml.merges", [], max_len=1 << 24)
     pairs = []
     for m in merges:
-        if not isinstance(m, str) or " " not in m:
-            raise ModelFormatError(f"GGUF tokenizer: malformed merge {m!r}")
+        if " " not in m:
+            raise ModelFormatError(f"{source}: tokenizer.ggml.merges has a malformed merge {m[:40]!r}")
         a, b = m.split(" ", 1)
         pairs.append([a, b])
 
@@ -92,10 +88,10 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> TokenizerData:
             continue
         elif ty in (NORMAL, UNKNOWN):
             if tok in vocab:
-                raise ModelFormatError(f"GGUF tokenizer: token {tok!r} appears twice")
+                raise ModelFormatError(f"{source}: tokenizer.ggml.tokens lists token {tok[:40]!r} twice")
             vocab[tok] = i
         else:
-            raise UnsupportedModelError(f"GGUF tokenizer: token type {ty} (id {i}) is not supported for BPE")
+            raise UnsupportedModelError(f"{source}: token type {ty} (id {i}) is not supported for BPE")
     normalizer, pre_tok, ignore_merges = PRE_TOKENIZERS[pre]
     doc = {
         "version": "1.0",
@@ -114,12 +110,7 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> TokenizerData:
     }
 
     def tid(key: str) -> int | None:
-        v = meta.get(key)
-        if isinstance(v, int | np.integer) and not isinstance(v, bool):
-            if not 0 <= int(v) < n:
-                raise ModelFormatError(f"GGUF tokenizer: {key} = {v} is outside the vocabulary (0..{n - 1})")
-            return int(v)
-        return None
+        return f.int(key, None, lo=0, hi=n - 1)
 
     eos = [t for t in (tid("tokenizer.ggml.eos_token_id"), tid("tokenizer.ggml.eot_token_id"),
                        tid("tokenizer.ggml.eom_token_id")) if t is not None]
@@ -129,7 +120,7 @@ def tokenizer_from_gguf(meta: dict[str, Any]) -> TokenizerData:
         bos_token_id=tid("tokenizer.ggml.bos_token_id"),
         eos_token_ids=list(dict.fromkeys(eos)),
         pad_token_id=tid("tokenizer.ggml.padding_token_id"),
-        add_bos_token=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        add_bos_token=f.bool("tokenizer.ggml.add_bos_token", False),
         chat_template=template if isinstance(template, str) else None,
     )
 

@@ -10,7 +10,6 @@ memory-mapped, so one tensor at a time is in memory during a conversion.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -23,7 +22,17 @@ import numpy as np
 import torch
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
-from runtime.formats.arch import ArchSpec, arch_for_hf, check_tensor_set
+from runtime.formats.arch import HF_CONFIG_NAMES, ArchSpec, arch_for_hf, check_tensor_set
+from runtime.formats.config_schema import (
+    Fields,
+    check_generation_defaults,
+    check_token_id,
+    check_token_ids,
+    check_tokenizer_json,
+    load_json,
+)
+from runtime.formats.dtype_check import check_float_values
+from runtime.formats.file_checks import optional_file, path_kind, require_file
 from runtime.formats.mmap_pages import release
 from runtime.formats.model_data import (
     T2,
@@ -114,6 +123,7 @@ class _STEntry:
 
 def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
     """Validated tensor table of one ``.safetensors`` file (nothing allocated from untrusted sizes)."""
+    path = require_file(path, "safetensors file")
     size = path.stat().st_size
     with open(path, "rb") as f:
         head = f.read(8)
@@ -124,10 +134,7 @@ def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
             raise ModelFormatError(f"{path.name}: corrupt safetensors: header length {n} does not fit the "
                                    f"{size}-byte file")
         raw = f.read(n)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{path.name}: corrupt safetensors header ({exc})") from None
+    header = load_json(raw, f"{path.name}: corrupt safetensors header")
     if not isinstance(header, dict):
         raise ModelFormatError(f"{path.name}: corrupt safetensors header (not an object)")
     data_start, data_size = 8 + n, size - 8 - n
@@ -136,11 +143,15 @@ def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
     for name, e in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype, shape, (b, en) = e["dtype"], tuple(int(d) for d in e["shape"]), e["data_offsets"]
-            b, en = int(b), int(en)
-        except (KeyError, TypeError, ValueError):
-            raise ModelFormatError(f"{path.name}: corrupt safetensors entry for {name!r}") from None
+        if not isinstance(e, dict):
+            raise ModelFormatError(f"{path.name}: corrupt safetensors entry for {name!r} (not an object)")
+        f = Fields(e, path.name, prefix=f"tensor {name} ")
+        dtype = f.str("dtype")
+        shape = tuple(f.int_list("shape", lo=0, hi=1 << 40, max_len=8))
+        offsets = f.int_list("data_offsets", lo=0, hi=1 << 62, max_len=2)
+        if len(offsets) != 2:
+            raise f.fail("data_offsets", f"must be [begin, end], got {offsets}")
+        b, en = offsets
         if dtype not in _ST_DTYPES:
             raise UnsupportedModelError(f"{path.name}: tensor {name} has dtype {dtype}, not a float type this reader takes")
         if any(d < 0 for d in shape) or len(shape) > 8:
@@ -162,7 +173,8 @@ def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
 
 
 def _read_text(path: Path) -> str:
-    """A small text file, refusing absurd sizes before reading (nothing allocated from them)."""
+    """A small text file, refusing absurd sizes and special files (a FIFO) before reading."""
+    path = require_file(path, path.name)
     size = path.stat().st_size
     if size > MAX_JSON_BYTES:
         raise ModelFormatError(f"{path.name} is {size} bytes, too large for a model metadata file")
@@ -173,10 +185,7 @@ def _read_text(path: Path) -> str:
 
 
 def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(_read_text(path))
-    except json.JSONDecodeError as exc:
-        raise ModelFormatError(f"{path.name}: not valid JSON ({exc})") from None
+    return load_json(_read_text(path), f"{path.parent.name}/{what}")
 
 
 def _token_id(tok_doc: dict[str, Any] | None, token: Any) -> int | None:
@@ -188,43 +197,58 @@ def _token_id(tok_doc: dict[str, Any] | None, token: Any) -> int | None:
         if a.get("content") == token:
             return int(a["id"])
     v = (tok_doc.get("model") or {}).get("vocab", {})
-    return int(v[token]) if isinstance(v, dict) and token in v else None
+    tid = v.get(token) if isinstance(v, dict) else None
+    return tid if isinstance(tid, int) and not isinstance(tid, bool) else None
 
 
 def tokenizer_data_from_hf(tokenizer_json: str | None, tokenizer_config: Mapping[str, Any] | None,
                            chat_template: str | None, generation_config: Mapping[str, Any] | None,
-                           config: Mapping[str, Any] | None = None) -> TokenizerData | None:
+                           config: Mapping[str, Any] | None = None, *, vocab_size: int | None = None,
+                           folder: str = "") -> TokenizerData | None:
+    """TokenizerData from the folder's files, every field checked against ``vocab_size`` (the
+    embedding rows) with messages naming the file and field (``folder`` prefixes the file names)."""
     if tokenizer_json is None:
         return None
-    doc = json.loads(tokenizer_json)
+    pre = f"{folder}/" if folder else ""
+    doc = check_tokenizer_json(tokenizer_json, f"{pre}tokenizer.json")
     tc = dict(tokenizer_config or {})
     gen = dict(generation_config or {})
+    tcf = Fields(tc, f"{pre}tokenizer_config.json")
     if chat_template is None:
         ct = tc.get("chat_template")
         if isinstance(ct, list):  # [{"name": "default", "template": ...}, ...]
             ct = next((c.get("template") for c in ct if isinstance(c, dict) and c.get("name") == "default"), None)
         chat_template = ct if isinstance(ct, str) else None
+    limit = vocab_size if vocab_size is not None else 1 << 62
     eos: list[int] = []
-    for src in (gen.get("eos_token_id"), _token_id(doc, tc.get("eos_token")), (config or {}).get("eos_token_id")):
-        for v in (src if isinstance(src, list) else [src]):
-            if isinstance(v, int) and not isinstance(v, bool) and v not in eos:
+    sources = ((gen.get("eos_token_id"), f"{pre}generation_config.json", "eos_token_id"),
+               (_token_id(doc, tc.get("eos_token")), f"{pre}tokenizer_config.json", "eos_token"),
+               ((config or {}).get("eos_token_id"), f"{pre}config.json", "eos_token_id"))
+    for value, where, field in sources:
+        for v in check_token_ids(value, limit, where, field):
+            if v not in eos:
                 eos.append(v)
     bos = _token_id(doc, tc.get("bos_token"))
     pad = _token_id(doc, tc.get("pad_token"))
+    for where, d in ((f"{pre}generation_config.json", gen), (f"{pre}config.json", config or {})):
+        for field in ("pad_token_id", "bos_token_id"):  # checked even where another file's value wins
+            check_token_ids(d.get(field), limit, where, field)
     if pad is None and isinstance(gen.get("pad_token_id"), int):
         pad = gen["pad_token_id"]
+    for v, field in ((bos, "bos_token"), (pad, "pad_token")):
+        if v is not None:
+            check_token_id(v, limit, f"{pre}tokenizer_config.json", field)
     return TokenizerData(tokenizer_json=tokenizer_json, bos_token_id=bos, eos_token_ids=eos, pad_token_id=pad,
-                         add_bos_token=bool(tc.get("add_bos_token", False)), chat_template=chat_template)
+                         add_bos_token=tcf.bool("add_bos_token", False), chat_template=chat_template)
 
 
 GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
                    "frequency_penalty", "do_sample", "max_new_tokens")
 
 
-def generation_defaults_from_hf(gen: Mapping[str, Any] | None) -> dict[str, Any]:
-    gen = gen or {}
-    return {k: gen[k] for k in GENERATION_KEYS
-            if isinstance(gen.get(k), int | float | bool) and gen.get(k) is not None}
+def generation_defaults_from_hf(gen: Mapping[str, Any] | None, source: str = "generation_config.json") -> dict[str, Any]:
+    """The sampling defaults of ``generation_config.json``, each checked (NaN temperature is refused)."""
+    return check_generation_defaults({k: v for k, v in (gen or {}).items() if k in GENERATION_KEYS}, source)
 
 
 class HFSource:
@@ -234,34 +258,47 @@ class HFSource:
                  ternary_encoding: str = T2) -> None:
         self.path = Path(folder)
         p = self.path
-        if not (p / "config.json").is_file():
+        if path_kind(p) != "folder":
+            raise ModelFormatError(f"{p}: a Hugging Face model is a folder, not a file")
+        if optional_file(p / "config.json", "config.json") is None:
             raise ModelFormatError(f"{p}: not a Hugging Face model folder (no config.json)")
+        cfg_src = f"{p.name}/config.json"
         cfg = _read_json(p / "config.json", "config.json")
         if not isinstance(cfg, dict):
-            raise ModelFormatError(f"{p / 'config.json'}: not a JSON object")
-        if isinstance(cfg.get("text_config"), dict) and "hidden_size" not in cfg:
-            cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+            raise ModelFormatError(f"{cfg_src}: not a JSON object")
+        top = Fields(cfg, cfg_src)
+        text_config = top.mapping("text_config", None)
+        if text_config is not None and "hidden_size" not in cfg:
+            cfg = {**text_config, "model_type": text_config.get("model_type", cfg.get("model_type"))}
         self.hf_config = cfg
-        self.arch: ArchSpec = arch_for_hf(str(cfg.get("model_type")))
+        self.arch: ArchSpec = arch_for_hf(Fields(cfg, cfg_src).str("model_type"))
         self.entries = self._index()
         names = [n for n in self.entries if not n.endswith(IGNORED_SUFFIXES)]
-        if cfg.get("tie_word_embeddings") and "lm_head.weight" in names:
+        if cfg.get("tie_word_embeddings") is True and "lm_head.weight" in names:
             names.remove("lm_head.weight")  # a duplicate of the embedding
         shapes = {n: self.entries[n].shape for n in names}
-        self.config = self.arch.config_from_hf(cfg, shapes)
+        self.config = self.arch.config_from_hf(cfg, shapes, source=cfg_src)
+        check_tensor_set(self.config, shapes, source=p.name, names=HF_CONFIG_NAMES)
         expected = self.arch.expected_shapes(self.config)
         unknown = [n for n in names if n not in expected]
         if unknown:
             raise UnsupportedModelError(f"{p.name}: tensors this runtime does not know for "
                                         f"{cfg.get('model_type')}: {', '.join(unknown[:5])}")
-        check_tensor_set(self.config, shapes, source=p.name)
         self.names = names
-        tok_json = _read_text(p / "tokenizer.json") if (p / "tokenizer.json").is_file() else None
-        tc = _read_json(p / "tokenizer_config.json", "tokenizer_config.json") if (p / "tokenizer_config.json").is_file() else {}
-        gen = _read_json(p / "generation_config.json", "generation_config.json") if (p / "generation_config.json").is_file() else {}
-        tmpl = _read_text(p / "chat_template.jinja") if (p / "chat_template.jinja").is_file() else None
-        self.tokenizer = tokenizer_data_from_hf(tok_json, tc, tmpl, gen, cfg)
-        self.generation_defaults = generation_defaults_from_hf(gen)
+
+        def opt(fn: str) -> Path | None:
+            return optional_file(p / fn, fn)
+
+        tok_json = _read_text(p / "tokenizer.json") if opt("tokenizer.json") else None
+        tc = _read_json(p / "tokenizer_config.json", "tokenizer_config.json") if opt("tokenizer_config.json") else {}
+        gen = _read_json(p / "generation_config.json", "generation_config.json") if opt("generation_config.json") else {}
+        tmpl = _read_text(p / "chat_template.jinja") if opt("chat_template.jinja") else None
+        for doc, fn in ((tc, "tokenizer_config.json"), (gen, "generation_config.json")):
+            if not isinstance(doc, dict):
+                raise ModelFormatError(f"{p.name}/{fn}: not a JSON object")
+        self.tokenizer = tokenizer_data_from_hf(tok_json, tc, tmpl, gen, cfg, vocab_size=self.config.vocab_size,
+                                                folder=p.name)
+        self.generation_defaults = generation_defaults_from_hf(gen, f"{p.name}/generation_config.json")
         self.group_size = group_size
         self.quantize = quantize
         self.ternary_encoding = ternary_encoding
@@ -278,11 +315,12 @@ class HFSource:
             wm = doc.get("weight_map") if isinstance(doc, dict) else None
             if not isinstance(wm, dict):
                 raise ModelFormatError(f"{idx.name}: no weight_map")
+            for fn in wm.values():
+                if not isinstance(fn, str) or os.path.basename(fn) != fn or not fn.endswith(".safetensors"):
+                    raise ModelFormatError(f"{idx.name}: bad shard file name {str(fn)[:60]!r}")
             files = sorted(set(wm.values()))
             for fn in files:
-                if not isinstance(fn, str) or os.path.basename(fn) != fn or not fn.endswith(".safetensors"):
-                    raise ModelFormatError(f"{idx.name}: bad shard file name {fn!r}")
-                if not (p / fn).is_file():
+                if optional_file(p / fn, f"shard {fn}") is None:
                     raise ModelFormatError(f"{p.name}: shard {fn} listed in {idx.name} is missing")
         else:
             files = sorted(f.name for f in p.glob("*.safetensors"))
@@ -331,6 +369,7 @@ class HFSource:
 
     def load(self, name: str) -> Tensor:
         w = self.raw_tensor(name)
+        check_float_values(w, name, self.entries[name].file.name, self.entries[name].dtype)  # F16 bytes typed BF16?
         if self.arch.is_ternary(name, tuple(w.shape)):
             t, err = ternarize(w, name, self.group_size, quantize=self.quantize, encoding=self.ternary_encoding,
                                source=self.path.name)
@@ -393,8 +432,8 @@ def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[st
     if config_dict.get("tie_word_embeddings"):
         state.pop("lm_head.weight", None)
     shapes = {k: tuple(v.shape) for k, v in state.items()}
-    config = arch.config_from_hf(config_dict, shapes)
-    check_tensor_set(config, shapes, source=name or "state dict")
+    config = arch.config_from_hf(config_dict, shapes, source=name or "config")
+    check_tensor_set(config, shapes, source=name or "state dict", names=HF_CONFIG_NAMES)
     tensors: dict[str, Tensor] = {}
     for k, v in state.items():
         if arch.is_ternary(k, tuple(v.shape)):
@@ -403,7 +442,8 @@ def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[st
             tensors[k] = DenseTensor(v.detach().clone())
         if arch.tensor_from_hf is not None:
             tensors[k] = arch.tensor_from_hf(k, tensors[k], config)
-    tok = tokenizer_data_from_hf(tokenizer_json, tokenizer_config, chat_template, generation_config, config_dict)
+    tok = tokenizer_data_from_hf(tokenizer_json, tokenizer_config, chat_template, generation_config, config_dict,
+                                 vocab_size=config.vocab_size)
     return ModelData(config=config, tensors=tensors, tokenizer=tok,
                      generation_defaults=generation_defaults_from_hf(generation_config),
                      provenance=Provenance(source_name=name, source_format="hf-state-dict"), name=name)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.errors import CancelledError, ModelFormatError
+from runtime.formats.file_checks import optional_file, path_kind
 from runtime.formats.model_data import ModelData, Provenance, Tensor, TokenizerData
 from runtime.formats.sniff import TERNARY_MAGIC, describe_file
 from runtime.formats.ternary_file import TensorSpec
@@ -39,10 +40,8 @@ class ModelSource(Protocol):
 def detect_format(path: str | os.PathLike[str]) -> str:
     """``"ternary"``, ``"gguf"`` or ``"hf"``; otherwise ModelFormatError saying what the path is."""
     p = Path(path)
-    if not p.exists():
-        raise ModelFormatError(f"{p}: no such file or folder")
-    if p.is_dir():
-        if (p / "config.json").is_file():
+    if path_kind(p) == "folder":  # refuses a FIFO, a device or a link loop by name, before opening
+        if optional_file(p / "config.json", "config.json") is not None:
             return "hf"
         raise ModelFormatError(f"{p}: a folder without config.json is not a Hugging Face model folder")
     with open(p, "rb") as f:

@@ -230,7 +230,28 @@ def _kv(kv: Mapping[str, Any], key: str, default: Any = None) -> Any:
     return default
 
 
-def layer_types_from_tensors(names: list[str] | set[str], num_layers: int) -> list[str]:
+GGUF_CONFIG_NAMES = {
+    "hidden_size": f"{ARCH}.embedding_length", "intermediate_size": f"{ARCH}.feed_forward_length",
+    "num_layers": f"{ARCH}.block_count", "num_heads": f"{ARCH}.attention.head_count",
+    "num_kv_heads": f"{ARCH}.attention.head_count_kv", "head_dim": f"{ARCH}.attention.key_length",
+    "rms_norm_eps": f"{ARCH}.attention.layer_norm_rms_epsilon", "rope_theta": f"{ARCH}.rope.freq_base",
+    "max_position_embeddings": f"{ARCH}.context_length", "partial_rotary_factor": f"{ARCH}.rope.dimension_count",
+    "linear_num_key_heads": f"{ARCH}.ssm.group_count", "linear_num_value_heads": f"{ARCH}.ssm.time_step_rank",
+    "linear_key_head_dim": f"{ARCH}.ssm.state_size", "linear_value_head_dim": f"{ARCH}.ssm.inner_size",
+    "linear_conv_kernel_dim": f"{ARCH}.ssm.conv_kernel", "vocab_size": "token_embd.weight rows",
+}
+HF_CONFIG_NAMES = {
+    "hidden_size": "hidden_size", "intermediate_size": "intermediate_size", "num_layers": "num_hidden_layers",
+    "num_heads": "num_attention_heads", "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+    "rms_norm_eps": "rms_norm_eps", "rope_theta": "rope_theta", "max_position_embeddings": "max_position_embeddings",
+    "partial_rotary_factor": "partial_rotary_factor", "linear_num_key_heads": "linear_num_key_heads",
+    "linear_num_value_heads": "linear_num_value_heads", "linear_key_head_dim": "linear_key_head_dim",
+    "linear_value_head_dim": "linear_value_head_dim", "linear_conv_kernel_dim": "linear_conv_kernel_dim",
+    "layer_types": "layer_types", "vocab_size": "vocab_size",
+}
+
+
+def layer_types_from_tensors(names: list[str] | set[str], num_layers: int, *, source: str = "qwen35 GGUF") -> list[str]:
     """Read each block's kind from the tensors it has (GGUF or canonical names)."""
     names = set(names)
     types = []
@@ -238,46 +259,72 @@ def layer_types_from_tensors(names: list[str] | set[str], num_layers: int) -> li
         lin = f"blk.{i}.ssm_out.weight" in names or f"model.layers.{i}.linear_attn.out_proj.weight" in names
         full = f"blk.{i}.attn_q.weight" in names or f"model.layers.{i}.self_attn.q_proj.weight" in names
         if lin == full:
-            raise ModelFormatError(f"block {i} is neither clearly linear attention nor full attention")
+            raise ModelFormatError(f"{source}: block {i} is neither clearly linear attention nor full attention "
+                                   f"(the tensor table has {'both' if lin else 'neither'} kinds of tensors for it)")
         types.append("linear_attention" if lin else "full_attention")
     return types
 
 
-def config_from_gguf(kv: Mapping[str, Any], tensor_shapes: Mapping[str, tuple[int, ...]]) -> ModelConfig:
-    """ModelConfig from qwen35 GGUF metadata + tensor shapes (GGUF names, numpy order ``[rows, cols]``)."""
-    n_layers = int(_kv(kv, "block_count"))
-    nextn = int(kv.get(f"{ARCH}.nextn_predict_layers", 0) or 0)
+def config_from_gguf(kv: Mapping[str, Any], tensor_shapes: Mapping[str, tuple[int, ...]], *,
+                     source: str = "qwen35 GGUF") -> ModelConfig:
+    """ModelConfig from qwen35 GGUF metadata + tensor shapes (GGUF names, numpy order ``[rows, cols]``).
+
+    Every key is read through :class:`runtime.formats.config_schema.Fields` (type and range,
+    message naming ``source`` and the key); counts are bounded before the per-layer loop."""
+    from runtime.formats.config_schema import (
+        MAX_CONTEXT,
+        MAX_FFN,
+        MAX_HEAD_DIM,
+        MAX_HEADS,
+        MAX_HIDDEN,
+        MAX_LAYERS,
+        Fields,
+        validate_config,
+    )
+
+    f = Fields(kv, source)
+    a = ARCH + "."
+    n_layers = f.int(a + "block_count", lo=1, hi=MAX_LAYERS + 64)
+    nextn = f.int(a + "nextn_predict_layers", 0, lo=0, hi=n_layers - 1)
     n_text = n_layers - nextn  # MTP layers are counted in block_count
-    head_dim = int(_kv(kv, "attention.key_length"))
-    rope_dims = int(_kv(kv, "rope.dimension_count", head_dim))
-    n_v = int(_kv(kv, "ssm.time_step_rank"))
-    inner = int(_kv(kv, "ssm.inner_size"))
+    head_dim = f.int(a + "attention.key_length", lo=2, hi=MAX_HEAD_DIM)
+    rope_dims = f.int(a + "rope.dimension_count", head_dim, lo=2, hi=head_dim)
+    n_v = f.int(a + "ssm.time_step_rank", lo=1, hi=MAX_HEADS)
+    inner = f.int(a + "ssm.inner_size", lo=1, hi=MAX_HEADS * MAX_HEAD_DIM)
+    if inner % n_v:
+        raise f.fail(a + "ssm.inner_size", f"({inner}) must be a multiple of {a}ssm.time_step_rank ({n_v})")
     embd = tensor_shapes.get("token_embd.weight")
     if embd is None:
-        raise ModelFormatError("qwen35 GGUF has no token_embd.weight")
-    layer_types = layer_types_from_tensors(list(tensor_shapes), n_text)
-    interval = kv.get(f"{ARCH}.full_attention_interval")
+        raise ModelFormatError(f"{source}: qwen35 GGUF has no token_embd.weight")
+    if n_text > MAX_LAYERS:
+        raise f.fail(a + "block_count", f"gives {n_text} text layers; at most {MAX_LAYERS} are allowed")
+    layer_types = layer_types_from_tensors(list(tensor_shapes), n_text, source=source)
+    interval = f.int(a + "full_attention_interval", 0, lo=0, hi=MAX_LAYERS)
     if interval:
-        expect = ["full_attention" if (i + 1) % int(interval) == 0 else "linear_attention" for i in range(n_text)]
+        expect = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n_text)]
         if expect != layer_types:
-            raise ModelFormatError("qwen35 layer kinds from the tensors disagree with full_attention_interval")
+            raise ModelFormatError(f"{source}: qwen35 layer kinds from the tensors disagree with "
+                                   f"{a}full_attention_interval ({interval})")
     rope_scaling = None
-    if kv.get(f"{ARCH}.rope.scaling.type") not in (None, "none", ""):
-        raise UnsupportedModelError(f"qwen35 RoPE scaling {kv.get(f'{ARCH}.rope.scaling.type')!r} is not supported")
+    stype = kv.get(f"{ARCH}.rope.scaling.type")
+    if stype not in (None, "none", ""):
+        raise UnsupportedModelError(f"{source}: qwen35 RoPE scaling {stype!r} is not supported")
     cfg = ModelConfig(
-        arch=ARCH, vocab_size=int(embd[0]), hidden_size=int(_kv(kv, "embedding_length")),
-        intermediate_size=int(_kv(kv, "feed_forward_length")), num_layers=n_text,
-        num_heads=int(_kv(kv, "attention.head_count")), num_kv_heads=int(_kv(kv, "attention.head_count_kv")),
-        head_dim=head_dim, rms_norm_eps=float(_kv(kv, "attention.layer_norm_rms_epsilon")),
-        rope_theta=float(_kv(kv, "rope.freq_base")), rope_scaling=rope_scaling,
-        max_position_embeddings=int(_kv(kv, "context_length")),
+        arch=ARCH, vocab_size=int(embd[0]), hidden_size=f.int(a + "embedding_length", lo=1, hi=MAX_HIDDEN),
+        intermediate_size=f.int(a + "feed_forward_length", lo=1, hi=MAX_FFN), num_layers=n_text,
+        num_heads=f.int(a + "attention.head_count", lo=1, hi=MAX_HEADS),
+        num_kv_heads=f.int(a + "attention.head_count_kv", lo=1, hi=MAX_HEADS),
+        head_dim=head_dim, rms_norm_eps=f.float(a + "attention.layer_norm_rms_epsilon", lo=0.0, hi=0.1, lo_open=True),
+        rope_theta=f.float(a + "rope.freq_base", lo=1.0, hi=1e12, lo_open=True), rope_scaling=rope_scaling,
+        max_position_embeddings=f.int(a + "context_length", lo=1, hi=MAX_CONTEXT),
         tie_word_embeddings="output.weight" not in tensor_shapes,
         layer_types=layer_types, partial_rotary_factor=rope_dims / head_dim, attn_output_gate=True,
-        linear_num_key_heads=int(_kv(kv, "ssm.group_count")), linear_num_value_heads=n_v,
-        linear_key_head_dim=int(_kv(kv, "ssm.state_size")), linear_value_head_dim=inner // n_v,
-        linear_conv_kernel_dim=int(_kv(kv, "ssm.conv_kernel")), norm_weight_offset=0.0,
+        linear_num_key_heads=f.int(a + "ssm.group_count", lo=1, hi=MAX_HEADS), linear_num_value_heads=n_v,
+        linear_key_head_dim=f.int(a + "ssm.state_size", lo=1, hi=MAX_HEAD_DIM), linear_value_head_dim=inner // n_v,
+        linear_conv_kernel_dim=f.int(a + "ssm.conv_kernel", lo=1, hi=64), norm_weight_offset=0.0,
     )
-    cfg.hadamard = hadamard_from_gguf(kv, n_text)
+    validate_config(cfg, source, GGUF_CONFIG_NAMES)
+    cfg.hadamard = hadamard_from_gguf(kv, n_text, source=source)
     return cfg
 
 
@@ -315,50 +362,64 @@ def gguf_metadata(cfg: ModelConfig) -> dict[str, Any]:
     return kv
 
 
-def hadamard_from_gguf(kv: Mapping[str, Any], num_layers: int | None = None) -> HadamardConfig | None:
+def hadamard_from_gguf(kv: Mapping[str, Any], num_layers: int | None = None, *,
+                       source: str = "GGUF metadata") -> HadamardConfig | None:
     """``prism.hadamard.*`` -> HadamardConfig (weight names made canonical); None when absent.
 
-    Partial metadata is refused here: a rotated file with half its recipe cannot be run.
+    Partial metadata is refused here: a rotated file with half its recipe cannot be run. Types
+    and ranges are checked through :class:`runtime.formats.config_schema.Fields`.
     """
+    import numpy as np
+
+    from runtime.formats.config_schema import Fields
     from runtime.model.hadamard import split_sign_values
 
     keys = [k for k in kv if k.startswith("prism.hadamard.")]
     if not keys:
         return None
+    f = Fields(kv, source)
+    p = "prism.hadamard."
     need = ["block_size", "weight_names", "sign_widths", "sign_values"]
     missing = [k for k in need if f"prism.hadamard.{k}" not in kv]
-    mode = str(kv.get("prism.hadamard.sign_mode", "explicit"))
+    mode = f.str(p + "sign_mode", "explicit")
     if mode == "identity":
         missing = [k for k in missing if k not in ("sign_widths", "sign_values")]
     if missing:
         raise UnsupportedModelError(
-            f"the file has incomplete Hadamard rotation metadata (missing prism.hadamard.{missing[0]}); "
+            f"{source}: the file has incomplete Hadamard rotation metadata (missing prism.hadamard.{missing[0]}); "
             "it cannot be run correctly")
-    version = int(kv.get("prism.hadamard.version", 1))
+    version = f.int(p + "version", 1)
     if version != 1:
-        raise UnsupportedModelError(f"prism.hadamard.version {version} is not supported (supported: 1)")
+        raise UnsupportedModelError(f"{source}: prism.hadamard.version {version} is not supported (supported: 1)")
     if mode not in ("explicit", "identity"):
-        raise UnsupportedModelError(f"prism.hadamard.sign_mode {mode!r} is not supported")
+        raise UnsupportedModelError(f"{source}: prism.hadamard.sign_mode {mode!r} is not supported")
 
-    def canon(names: Any) -> list[str]:
+    def canon(names: list[str]) -> list[str]:
         out = []
-        for n in list(names or []):
-            c = canonical_weight_name(str(n), num_layers)
+        for n in names:
+            c = canonical_weight_name(n, num_layers)
             if c is not None:
                 out.append(c)
         return out
 
-    widths = [int(w) for w in kv.get("prism.hadamard.sign_widths", [])]
-    signs = split_sign_values(widths, kv.get("prism.hadamard.sign_values", [])) if mode == "explicit" else {}
+    widths = f.int_list(p + "sign_widths", [], lo=1, hi=1 << 20, max_len=4096)
+    signs: dict[int, list[int]] = {}
+    if mode == "explicit":
+        values = f.raw(p + "sign_values", [])
+        arr = np.asarray(values if isinstance(values, np.ndarray | list) else [values], dtype=object)
+        if arr.ndim != 1 or not all(not isinstance(v, bool) and isinstance(v, int | float | np.number)
+                                    and v in (-1, 1) for v in arr.tolist()):
+            raise f.fail(p + "sign_values", "must be a list of +1/-1 values")
+        signs = split_sign_values(widths, values)
     return HadamardConfig(
-        block_size=int(kv["prism.hadamard.block_size"]),
-        transform=str(kv.get("prism.hadamard.transform", "normalized-sylvester-walsh-hadamard")),
+        block_size=f.int(p + "block_size", lo=1, hi=1 << 20),
+        transform=f.str(p + "transform", "normalized-sylvester-walsh-hadamard"),
         sign_widths=widths,
-        weight_names=canon(kv["prism.hadamard.weight_names"]),
-        inverse_weight_names=canon(kv.get("prism.hadamard.inverse_weight_names", [])),
-        gdn_v_grouped=bool(kv.get("prism.hadamard.gdn_v_grouped", True)),
+        weight_names=canon(f.str_list(p + "weight_names")),
+        inverse_weight_names=canon(f.str_list(p + "inverse_weight_names", [])),
+        gdn_v_grouped=f.bool(p + "gdn_v_grouped", True),
         signs=signs,
-        axis=str(kv.get("prism.hadamard.axis", "input-last-dimension")),
+        axis=f.str(p + "axis", "input-last-dimension"),
     )
 
 
@@ -381,30 +442,61 @@ def hadamard_to_gguf(hc: HadamardConfig) -> dict[str, Any]:
     }
 
 
-def config_from_hf(hf: Mapping[str, Any]) -> ModelConfig:
-    """ModelConfig from an HF ``config.json`` (``Qwen3_5ForConditionalGeneration`` or the text config)."""
-    tc = dict(hf.get("text_config") or hf)
-    rp = dict(tc.get("rope_parameters") or tc.get("rope_scaling") or {})
-    rope_type = rp.get("rope_type", rp.get("type", "default"))
-    if rope_type not in ("default", None):
-        raise UnsupportedModelError(f"qwen3.5 RoPE type {rope_type!r} is not supported")
-    n = int(tc["num_hidden_layers"])
-    types = tc.get("layer_types") or [
-        "full_attention" if (i + 1) % int(tc.get("full_attention_interval", 4)) == 0 else "linear_attention"
-        for i in range(n)]
-    head_dim = int(tc.get("head_dim") or tc["hidden_size"] // tc["num_attention_heads"])
-    tie = bool(hf.get("tie_word_embeddings", tc.get("tie_word_embeddings", False)))
-    return ModelConfig(
-        arch=ARCH, vocab_size=int(tc["vocab_size"]), hidden_size=int(tc["hidden_size"]),
-        intermediate_size=int(tc["intermediate_size"]), num_layers=n,
-        num_heads=int(tc["num_attention_heads"]), num_kv_heads=int(tc["num_key_value_heads"]),
-        head_dim=head_dim, rms_norm_eps=float(tc.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(rp.get("rope_theta", tc.get("rope_theta", 10_000.0))),
-        max_position_embeddings=int(tc.get("max_position_embeddings", 32768)), tie_word_embeddings=tie,
-        layer_types=list(types),
-        partial_rotary_factor=float(rp.get("partial_rotary_factor", tc.get("partial_rotary_factor", 0.25))),
-        attn_output_gate=bool(tc.get("attn_output_gate", True)),
-        linear_num_key_heads=int(tc["linear_num_key_heads"]), linear_num_value_heads=int(tc["linear_num_value_heads"]),
-        linear_key_head_dim=int(tc["linear_key_head_dim"]), linear_value_head_dim=int(tc["linear_value_head_dim"]),
-        linear_conv_kernel_dim=int(tc.get("linear_conv_kernel_dim", 4)), norm_weight_offset=1.0,
+def config_from_hf(hf: Mapping[str, Any], *, source: str = "config.json") -> ModelConfig:
+    """ModelConfig from an HF ``config.json`` (``Qwen3_5ForConditionalGeneration`` or the text config).
+
+    Every field is read through :class:`runtime.formats.config_schema.Fields` (type and range,
+    message naming ``source`` and the field); the layer count is bounded before the layer list."""
+    from runtime.formats.config_schema import (
+        MAX_CONTEXT,
+        MAX_FFN,
+        MAX_HEAD_DIM,
+        MAX_HEADS,
+        MAX_HIDDEN,
+        MAX_LAYERS,
+        MAX_VOCAB,
+        Fields,
+        validate_config,
     )
+
+    top = Fields(hf, source)
+    tc_map = top.mapping("text_config", None)
+    tc = dict(tc_map) if tc_map else dict(hf)
+    f = Fields(tc, source, prefix="text_config." if tc_map else "")
+    rp_map = f.mapping("rope_parameters", None) or f.mapping("rope_scaling", None) or {}
+    rp = Fields(rp_map, source, prefix=f.prefix + ("rope_parameters." if f.has("rope_parameters") else "rope_scaling."))
+    rope_type = rp.str("rope_type", None) if rp.has("rope_type") else rp.str("type", "default")
+    if rope_type not in ("default", None):
+        raise UnsupportedModelError(f"{source}: qwen3.5 RoPE type {rope_type!r} is not supported")
+    n = f.int("num_hidden_layers", lo=1, hi=MAX_LAYERS)
+    if f.has("layer_types"):
+        types = f.str_list("layer_types", max_len=MAX_LAYERS)
+    else:
+        interval = f.int("full_attention_interval", 4, lo=1, hi=MAX_LAYERS)
+        types = ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(n)]
+    hidden = f.int("hidden_size", lo=1, hi=MAX_HIDDEN)
+    heads = f.int("num_attention_heads", lo=1, hi=MAX_HEADS)
+    head_dim = f.int("head_dim", hidden // heads, lo=2, hi=MAX_HEAD_DIM)
+    tie = top.bool("tie_word_embeddings", None)
+    if tie is None:
+        tie = f.bool("tie_word_embeddings", False)
+    theta_f = rp if rp.has("rope_theta") else f
+    prf_f = rp if rp.has("partial_rotary_factor") else f
+    cfg = ModelConfig(
+        arch=ARCH, vocab_size=f.int("vocab_size", lo=1, hi=MAX_VOCAB), hidden_size=hidden,
+        intermediate_size=f.int("intermediate_size", lo=1, hi=MAX_FFN), num_layers=n,
+        num_heads=heads, num_kv_heads=f.int("num_key_value_heads", lo=1, hi=MAX_HEADS),
+        head_dim=head_dim, rms_norm_eps=f.float("rms_norm_eps", 1e-6, lo=0.0, hi=0.1, lo_open=True),
+        rope_theta=theta_f.float("rope_theta", 10_000.0, lo=1.0, hi=1e12, lo_open=True),
+        max_position_embeddings=f.int("max_position_embeddings", 32768, lo=1, hi=MAX_CONTEXT), tie_word_embeddings=tie,
+        layer_types=list(types),
+        partial_rotary_factor=prf_f.float("partial_rotary_factor", 0.25, lo=0.0, hi=1.0, lo_open=True),
+        attn_output_gate=f.bool("attn_output_gate", True),
+        linear_num_key_heads=f.int("linear_num_key_heads", lo=1, hi=MAX_HEADS),
+        linear_num_value_heads=f.int("linear_num_value_heads", lo=1, hi=MAX_HEADS),
+        linear_key_head_dim=f.int("linear_key_head_dim", lo=1, hi=MAX_HEAD_DIM),
+        linear_value_head_dim=f.int("linear_value_head_dim", lo=1, hi=MAX_HEAD_DIM),
+        linear_conv_kernel_dim=f.int("linear_conv_kernel_dim", 4, lo=1, hi=64), norm_weight_offset=1.0,
+    )
+    names = {k: f.prefix + v for k, v in HF_CONFIG_NAMES.items()}
+    return validate_config(cfg, source, names)

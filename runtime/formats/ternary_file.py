@@ -37,6 +37,17 @@ from runtime import __version__
 from runtime.atomic import atomic_output
 from runtime.errors import CancelledError, ModelFormatError
 from runtime.formats.arch import check_tensor_set, get_arch
+from runtime.formats.config_schema import (
+    GENERATION_FLAGS,
+    GENERATION_LIMITS,
+    HEADER_NAMES,
+    Fields,
+    check_generation_defaults,
+    config_from_header,
+    load_json,
+)
+from runtime.formats.dtype_check import check_float_values
+from runtime.formats.file_checks import require_file
 from runtime.formats.model_data import (
     T2,
     T3,
@@ -226,7 +237,7 @@ class TernaryFile:
     """A validated, memory-mapped ``.ternary`` file. Tensors are zero-copy views of the mapping."""
 
     def __init__(self, path: str | os.PathLike[str], *, verify: bool = False) -> None:
-        self.path = Path(path)
+        self.path = require_file(path, ".ternary file")
         name = self.path.name
         self.size = self.path.stat().st_size
         with open(self.path, "rb") as f:
@@ -248,15 +259,13 @@ class TernaryFile:
             if len(raw) != hlen:
                 raise _fail(name, "truncated file while reading the header")
             self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if self.size else None
-        try:
-            header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _fail(name, f"corrupt header: not valid JSON ({exc.__class__.__name__})") from None
+        header = load_json(raw, f"{name}: corrupt header")
         if not isinstance(header, dict):
             raise _fail(name, "corrupt header: not a JSON object")
         self.header = header
         self.header_length = hlen
         self._validate()
+        self._validate_extras()
         if verify:
             self.verify()
 
@@ -275,10 +284,7 @@ class TernaryFile:
         cfg = h.get("config")
         if not isinstance(cfg, dict):
             raise _fail(name, "corrupt header: config missing")
-        try:
-            self.config = ModelConfig.from_dict(cfg)
-        except (TypeError, ValueError) as exc:
-            raise _fail(name, f"corrupt header: bad config ({exc})") from None
+        self.config = config_from_header(cfg, name)
         get_arch(self.config.arch)  # unsupported architecture -> UnsupportedModelError
         table = h.get("tensors")
         if not isinstance(table, list):
@@ -333,11 +339,41 @@ class TernaryFile:
         for (_b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:], strict=False):
             if b1 < e0:
                 raise _fail(name, f"tensors {n0} and {n1} overlap")
-        check_tensor_set(self.config, {n: s.shape for n, s in self.specs.items()}, source=name)
+        check_tensor_set(self.config, {n: s.shape for n, s in self.specs.items()}, source=name, names=HEADER_NAMES)
         expected = get_arch(self.config.arch).expected_shapes(self.config)
         extra = [n for n in self.specs if n not in expected]
         if extra:
-            raise _fail(name, f"tensors not part of a {self.config.arch} model: {', '.join(extra[:3])}")
+            why = (" (config.tie_word_embeddings is true, so the file should have no lm_head.weight)"
+                   if self.config.tie_word_embeddings and "lm_head.weight" in extra else "")
+            raise _fail(name, f"tensors not part of a {self.config.arch} model: {', '.join(extra[:3])}{why}")
+
+    def _validate_extras(self) -> None:
+        """Tokenizer entry, generation defaults, name and provenance: typed, ids inside the vocabulary."""
+        h, name = self.header, self.path.name
+        self._generation_defaults = check_generation_defaults(
+            h.get("generation_defaults"), name,
+            {k: f"generation_defaults.{k}" for k in (*GENERATION_LIMITS, *GENERATION_FLAGS)}, "generation_defaults")
+        f = Fields(h, name)
+        self._name = f.str("name", "")
+        prov = f.mapping("provenance", {})
+        pf = Fields(prov, name, prefix="provenance.")
+        self._provenance = Provenance(**{k: pf.str(k, "") for k in ("source_name", "source_sha256", "source_format",
+                                                                    "converter_version")})
+        self._tokenizer: TokenizerData | None = None
+        tok = f.mapping("tokenizer", None)
+        if tok is None:
+            return
+        t = Fields(tok, name, prefix="tokenizer.")
+        if not isinstance(tok.get("tokenizer_json"), str):
+            raise _fail(name, "corrupt header: tokenizer.tokenizer_json must be a tokenizer.json document (text)")
+        vocab = self.config.vocab_size
+        data = TokenizerData(
+            tokenizer_json=tok["tokenizer_json"], bos_token_id=t.int("bos_token_id", None, hi=vocab - 1),
+            eos_token_ids=t.int_list("eos_token_ids", [], hi=vocab - 1, max_len=1024),
+            pad_token_id=t.int("pad_token_id", None, hi=vocab - 1), add_bos_token=t.bool("add_bos_token", False),
+            chat_template=f.str("chat_template", None),
+        )
+        self._tokenizer = data
 
     # ---- data ---------------------------------------------------------------------------------
     def _view(self, offset: int, count: int, dtype: torch.dtype) -> torch.Tensor:
@@ -377,33 +413,23 @@ class TernaryFile:
         dt = DENSE_DTYPES[s.encoding]
         n = int(np.prod(s.shape))
         if dt == torch.bfloat16:
-            return DenseTensor(self._view(off, n, torch.int16).view(torch.bfloat16).reshape(s.shape))
-        return DenseTensor(self._view(off, n, dt).reshape(s.shape))
+            data = self._view(off, n, torch.int16).view(torch.bfloat16).reshape(s.shape)
+        else:
+            data = self._view(off, n, dt).reshape(s.shape)
+        check_float_values(data, tensor_name, self.path.name, s.encoding.upper())  # a relabelled dtype
+        return DenseTensor(data)
 
     @property
     def tokenizer(self) -> TokenizerData | None:
-        tok = self.header.get("tokenizer")
-        if tok is None:
-            return None
-        if not isinstance(tok, dict) or not isinstance(tok.get("tokenizer_json"), str):
-            raise _fail(self.path.name, "corrupt header: bad tokenizer entry")
-        ct = self.header.get("chat_template")
-        return TokenizerData(
-            tokenizer_json=tok["tokenizer_json"], bos_token_id=tok.get("bos_token_id"),
-            eos_token_ids=[int(x) for x in tok.get("eos_token_ids") or []], pad_token_id=tok.get("pad_token_id"),
-            add_bos_token=bool(tok.get("add_bos_token", False)), chat_template=ct if isinstance(ct, str) else None,
-        )
+        return self._tokenizer
 
     def provenance(self) -> Provenance:
-        p = self.header.get("provenance") or {}
-        return Provenance(**{k: str(p.get(k, "")) for k in ("source_name", "source_sha256", "source_format",
-                                                             "converter_version")})
+        return self._provenance
 
     def to_model_data(self) -> ModelData:
-        gd = self.header.get("generation_defaults")
         return ModelData(config=self.config, tensors={n: self.tensor(n) for n in self.specs},
-                         tokenizer=self.tokenizer, generation_defaults=gd if isinstance(gd, dict) else {},
-                         provenance=self.provenance(), name=str(self.header.get("name", "")))
+                         tokenizer=self.tokenizer, generation_defaults=dict(self._generation_defaults),
+                         provenance=self.provenance(), name=self._name)
 
     # source protocol (so a .ternary can be re-converted or inspected like any other source)
     def tensor_names(self) -> list[str]:
@@ -420,12 +446,11 @@ class TernaryFile:
 
     @property
     def generation_defaults(self) -> dict[str, Any]:
-        gd = self.header.get("generation_defaults")
-        return gd if isinstance(gd, dict) else {}
+        return dict(self._generation_defaults)
 
     @property
     def model_name(self) -> str:
-        return str(self.header.get("name", ""))
+        return self._name
 
     @property
     def source_format(self) -> str:

@@ -48,6 +48,8 @@ import urllib3
 from runtime.atomic import read_json, write_json_atomic
 from runtime.errors import TernaryError
 from runtime.hub.errors import (
+    DROPPED,
+    STALLED,
     AuthenticationError,
     DiskFullError,
     DownloadCancelledError,
@@ -58,6 +60,7 @@ from runtime.hub.errors import (
     PermissionDeniedError,
     RateLimitedError,
     ServerError,
+    network_reason,
 )
 from runtime.hub.tokens import Secret
 
@@ -250,10 +253,17 @@ class _SpeedMeter:
 
 
 class _RetryableError(Exception):
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False) -> None:
+    """One failed attempt; ``reason`` (a :data:`runtime.hub.errors.NETWORK_REASONS` entry) and
+    ``status`` say what kind, ``host`` where, for the final error's user words."""
+
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False, *,
+                 reason: str = DROPPED, status: int | None = None, host: str | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
         self.rate_limited = rate_limited
+        self.reason = reason
+        self.status = status
+        self.host = host
 
 
 @dataclass
@@ -282,21 +292,29 @@ def check_free_space(folder: Path, needed: int, what: str) -> None:
             f"in {folder}, only {format_bytes(free)} free")
 
 
-def http_error_for(status: int, response: requests.Response | None, what: str) -> Exception:
+def url_host(url: str | None) -> str | None:
+    """``https://huggingface.co/x`` -> ``huggingface.co`` (the name a user recognises)."""
+    return urlsplit(url).hostname if url else None
+
+
+def http_error_for(status: int, response: requests.Response | None, what: str, *,
+                   kept_bytes: int | None = None) -> Exception:
     """A user-facing HubError for a non-retryable HTTP status on a hub request."""
     code = response.headers.get("X-Error-Code", "") if response is not None else ""
+    facts = {"host": url_host(getattr(response, "url", None)), "status": status, "kept_bytes": kept_bytes}
     if code == "GatedRepo":
         return GatedRepoError(f"{what}: this repo is gated; accept its licence on the hub's website while "
-                              "logged in, then add a token for that account (ternary token set hf)")
+                              "logged in, then add a token for that account (ternary token set hf)", **facts)
     if status == 401:
         return AuthenticationError(f"{what}: the hub rejected the request as unauthorized (401); the token is "
-                                   "missing, wrong or expired, or the repo is private (ternary token set ...)")
+                                   "missing, wrong or expired, or the repo is private (ternary token set ...)",
+                                   **facts)
     if status == 403:
         return PermissionDeniedError(f"{what}: access denied (403); the token may lack read permission or the "
-                                     "repo may be gated (accept the licence on the website)")
+                                     "repo may be gated (accept the licence on the website)", **facts)
     if status in (404, 410):
-        return NotFoundError(f"{what}: not found on the hub ({status})")
-    return ServerError(f"{what}: unexpected HTTP status {status}")
+        return NotFoundError(f"{what}: not found on the hub ({status})", **facts)
+    return ServerError(f"{what}: unexpected HTTP status {status}", **facts)
 
 
 class Transfer:
@@ -504,19 +522,22 @@ class Transfer:
                         held.have = self._hash_existing(held.hasher, cancel, report) if on_disk else 0
                     have = held.have
                     failures = 1 if have > high_water else failures + 1
+                    facts = {"host": exc.host or url_host(r.url), "kept_bytes": have}
                     if exc.rate_limited and exc.retry_after is not None and exc.retry_after > self.retry.max_retry_after_s:
                         raise RateLimitedError(f"{what}: rate-limited by the hub (429); try again in "
-                                               f"{exc.retry_after:.0f} s", exc.retry_after) from None
+                                               f"{exc.retry_after:.0f} s", exc.retry_after, **facts) from None
                     if failures >= self.retry.max_attempts:
                         if exc.rate_limited:
                             raise RateLimitedError(f"{what}: still rate-limited after {failures} attempts (429)"
                                                    + (f"; retry after {exc.retry_after:.0f} s" if exc.retry_after is not None else ""),
-                                                   exc.retry_after) from None
-                        if "HTTP 5" in str(exc):
+                                                   exc.retry_after, **facts) from None
+                        if exc.status is not None:
                             raise ServerError(f"{what}: the server keeps failing ({exc}); "
-                                              f"{format_bytes(have)} kept for resuming") from None
+                                              f"{format_bytes(have)} kept for resuming", status=exc.status,
+                                              **facts) from None
                         raise NetworkError(f"{what}: network error after {failures} attempts ({exc}); "
-                                           f"{format_bytes(have)} kept for resuming") from None
+                                           f"{format_bytes(have)} kept for resuming", reason=exc.reason,
+                                           **facts) from None
                     delay = self.retry.delay(failures, exc.retry_after)
                     log.info("%s: %s; retry %d in %.2f s", what, exc, failures, delay)
                     if cancel.wait(delay):
@@ -534,7 +555,8 @@ class Transfer:
         try:
             resp = self._open(have)
         except requests.exceptions.RequestException as exc:
-            raise _RetryableError(_describe_network_error(exc)) from None
+            raise _RetryableError(_describe_network_error(exc), reason=network_reason(exc),
+                                  host=_request_host(exc)) from None
         with self._response_lock:
             self._response = resp
         try:
@@ -544,15 +566,17 @@ class Transfer:
                 if (r.size is not None and have == r.size) or (m and int(m.group(1)) == have):
                     return  # already complete (verification judges the size)
                 raise _Restart(f"server refused range bytes={have}- (416)")
+            host = url_host(resp.url)
             if status == 429:
                 raise _RetryableError("HTTP 429 rate-limited", parse_retry_after(resp.headers.get("Retry-After")),
-                                      rate_limited=True)
+                                      rate_limited=True, status=status, host=host)
             if status >= 500:
-                raise _RetryableError(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After")))
+                raise _RetryableError(f"HTTP {status}", parse_retry_after(resp.headers.get("Retry-After")),
+                                      status=status, host=host)
             if status == 408:
-                raise _RetryableError("HTTP 408 request timeout")
+                raise _RetryableError("HTTP 408 request timeout", reason=STALLED, host=host)
             if status not in (200, 206):
-                raise http_error_for(status, resp, what)
+                raise http_error_for(status, resp, what, kept_bytes=have)
             server_total: int | None = None
             if status == 200:
                 if have:
@@ -610,13 +634,16 @@ class Transfer:
                         raise _disk_error(exc, what, self.partial_path) from None
                     if isinstance(exc, (requests.exceptions.RequestException, urllib3.exceptions.HTTPError,
                                         http.client.HTTPException, OSError)):
-                        raise _RetryableError(_describe_network_error(exc)) from None
+                        reason = STALLED if network_reason(exc) == STALLED else DROPPED  # it was connected
+                        raise _RetryableError(_describe_network_error(exc), reason=reason,
+                                              host=url_host(resp.url)) from None
                     raise
             if server_total is not None and have == server_total:
                 return  # complete as far as the server is concerned; a size mismatch with the
                 # hub's metadata is then reported (and quarantined) by verification
             if r.size is not None and have < r.size:
-                raise _RetryableError(f"connection closed early at {have} of {server_total or r.size} bytes")
+                raise _RetryableError(f"connection closed early at {have} of {server_total or r.size} bytes",
+                                      reason=DROPPED, host=url_host(resp.url))
         finally:
             with self._response_lock:
                 self._response = None
@@ -642,6 +669,11 @@ def _disk_error(exc: OSError, what: str, path: Path) -> Exception:
     return LocalWriteError(f"{what}: cannot write {path}: {exc.strerror or exc}")
 
 
+def _request_host(exc: requests.exceptions.RequestException) -> str | None:
+    request = getattr(exc, "request", None)
+    return url_host(getattr(request, "url", None))
+
+
 def _describe_network_error(exc: BaseException) -> str:
     text = str(exc)
     low = text.lower()
@@ -653,4 +685,5 @@ def _describe_network_error(exc: BaseException) -> str:
         return "connection timed out"
     if isinstance(exc, requests.exceptions.ReadTimeout):
         return "the transfer stalled (no data for too long)"
-    return f"connection dropped ({type(exc).__name__})"
+    log.debug("connection dropped: %r", exc)  # the transport's class name is for the log, not the user
+    return "the connection dropped"

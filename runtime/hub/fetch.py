@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 import requests
 
 from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel
-from runtime.hub.download import Progress, RemoteFile, RetryPolicy, Transfer, TransferResult
+from runtime.hub.download import Progress, RemoteFile, RetryPolicy, Transfer, TransferResult, url_host
 from runtime.hub.errors import (
+    NO_ANSWER,
     DownloadCancelledError,
     HubError,
     HubPinMismatchError,
@@ -185,7 +186,8 @@ class ModelFetcher:
             try:
                 hub = self._hub(src)
                 remote = _interruptible(functools.partial(hub.resolve, repo, filename, revision), cancel,
-                                        self.metadata_timeout_s, f"{_hub_name(src)} metadata for {target.label}")
+                                        self.metadata_timeout_s, f"{_hub_name(src)} metadata for {target.label}",
+                                        url_host(hub.endpoint))
                 self._check_pin(target, remote)
                 if existing is not None and existing.loadable and remote.sha256 and existing.sha256 == remote.sha256:
                     return FetchResult(existing, existing.record.get("source", src), already_installed=True, notes=notes)
@@ -205,9 +207,14 @@ class ModelFetcher:
                     continue
                 if i == 0:
                     raise
-                # every hub failed: say what happened on each, keep the last error's class
+                # every hub failed: say what happened on each, keep the last error's class and facts
                 failures.append((src, exc))
-                raise type(exc)(" / ".join(f"{_hub_name(s)}: {e}" for s, e in failures)) from None
+                combined = type(exc)(" / ".join(f"{_hub_name(s)}: {e}" for s, e in failures))
+                for key, value in {**exc.details(), **({"retry_after": exc.retry_after}
+                                                       if isinstance(exc, RateLimitedError) else {})}.items():
+                    setattr(combined, key, value)
+                combined.attempts = [(_hub_name(s), e) for s, e in failures]
+                raise combined from None
         assert last_error is not None
         raise last_error
 
@@ -255,7 +262,8 @@ class ModelFetcher:
         return FetchResult(installed, remote.source, resumed_from=result.resumed_from, notes=notes + result.notes)
 
 
-def _interruptible(fn: Callable[[], RemoteFile], cancel: threading.Event, timeout_s: float, what: str) -> RemoteFile:
+def _interruptible(fn: Callable[[], RemoteFile], cancel: threading.Event, timeout_s: float, what: str,
+                   host: str | None = None) -> RemoteFile:
     """Run a metadata lookup so that cancel works and a silent server cannot hang us.
 
     huggingface_hub's shared HTTP client has no timeout (``timeout=None``) and no cancel, and we do
@@ -279,7 +287,8 @@ def _interruptible(fn: Callable[[], RemoteFile], cancel: threading.Event, timeou
         if cancel.is_set():
             raise DownloadCancelledError(f"{what}: cancelled")
         if time.monotonic() > deadline:
-            raise NetworkError(f"{what}: no answer within {timeout_s:.0f} s (network or proxy problem)")
+            raise NetworkError(f"{what}: no answer within {timeout_s:.0f} s (network or proxy problem)", host=host,
+                               reason=NO_ANSWER)
     if "error" in box:
         raise box["error"]  # type: ignore[misc]
     return box["value"]  # type: ignore[return-value]

@@ -14,8 +14,9 @@ a redirect to a CDN on another host is fetched without it (the CDN URL is pre-si
 
 from __future__ import annotations
 
-from runtime.hub.download import RemoteFile, url_origin
+from runtime.hub.download import RemoteFile, url_host, url_origin
 from runtime.hub.errors import (
+    OFFLINE,
     AuthenticationError,
     GatedRepoError,
     HubError,
@@ -24,6 +25,7 @@ from runtime.hub.errors import (
     PermissionDeniedError,
     RateLimitedError,
     ServerError,
+    network_reason,
 )
 from runtime.hub.settings import DEFAULT_HF_ENDPOINT
 from runtime.hub.tokens import Secret
@@ -46,45 +48,48 @@ def _network_error_types() -> tuple[type[BaseException], ...]:
     return tuple(types)
 
 
-def _translate(exc: BaseException, what: str, has_token: bool) -> HubError:
-    """Map a huggingface_hub / transport exception to a user-facing HubError."""
+def _translate(exc: BaseException, what: str, has_token: bool, host: str | None = None) -> HubError:
+    """Map a huggingface_hub / transport exception to a user-facing HubError (``host``: the endpoint's)."""
     from huggingface_hub import errors as hf_errors
+
+    response = getattr(exc, "response", None)
+    status = getattr(response, "status_code", None)
+    facts = {"host": host, "status": status if isinstance(status, int) else None}
 
     if isinstance(exc, hf_errors.GatedRepoError):
         return GatedRepoError(f"{what}: this repo is gated; open it on the Hugging Face website, accept the licence, "
                               + ("and check that your token belongs to that account"
-                                 if has_token else "then add a token (ternary token set hf)"))
+                                 if has_token else "then add a token (ternary token set hf)"), **facts)
     if isinstance(exc, hf_errors.RevisionNotFoundError):
-        return NotFoundError(f"{what}: revision not found on Hugging Face")
+        return NotFoundError(f"{what}: revision not found on Hugging Face", **facts)
     # RemoteEntryNotFoundError is 1.x+; 0.x raises EntryNotFoundError for the same 404
     if isinstance(exc, getattr(hf_errors, "RemoteEntryNotFoundError", hf_errors.EntryNotFoundError)):
-        return NotFoundError(f"{what}: file not found in the repo on Hugging Face")
+        return NotFoundError(f"{what}: file not found in the repo on Hugging Face", **facts)
     if isinstance(exc, hf_errors.RepositoryNotFoundError):
         return NotFoundError(f"{what}: repository not found on Hugging Face"
-                             + ("" if has_token else " (if it is private, add a token: ternary token set hf)"))
+                             + ("" if has_token else " (if it is private, add a token: ternary token set hf)"), **facts)
     if isinstance(exc, hf_errors.HfHubHTTPError):
-        response = getattr(exc, "response", None)
-        status = getattr(response, "status_code", None)
         if status == 401:
             return AuthenticationError(f"{what}: Hugging Face rejected the token (401 invalid credentials); "
-                                       "set a new one with: ternary token set hf")
+                                       "set a new one with: ternary token set hf", **facts)
         if status == 403:
             return PermissionDeniedError(f"{what}: access denied by Hugging Face (403); the token may lack read "
-                                         "permission")
+                                         "permission", **facts)
         if status == 429:
             from runtime.hub.download import parse_retry_after
 
             retry = parse_retry_after(response.headers.get("Retry-After")) if response is not None else None
             return RateLimitedError(f"{what}: rate-limited by Hugging Face (429)"
-                                    + (f"; try again in {retry:.0f} s" if retry is not None else ""), retry)
+                                    + (f"; try again in {retry:.0f} s" if retry is not None else ""), retry, host=host)
         if status is not None and status >= 500:
-            return ServerError(f"{what}: Hugging Face server error ({status})")
-        return ServerError(f"{what}: Hugging Face request failed ({status})")
+            return ServerError(f"{what}: Hugging Face server error ({status})", **facts)
+        return ServerError(f"{what}: Hugging Face request failed ({status})", **facts)
     if isinstance(exc, hf_errors.OfflineModeIsEnabled):
-        return NetworkError(f"{what}: HF_HUB_OFFLINE is set; unset it to download")
+        return NetworkError(f"{what}: HF_HUB_OFFLINE is set; unset it to download", host=host, reason=OFFLINE)
     if isinstance(exc, _network_error_types()):
-        return NetworkError(f"{what}: cannot reach Hugging Face ({type(exc).__name__}); offline, DNS or proxy problem")
-    return ServerError(f"{what}: unexpected Hugging Face response ({type(exc).__name__})")
+        return NetworkError(f"{what}: cannot reach Hugging Face at {host or 'its endpoint'} (offline, DNS or proxy "
+                            "problem)", host=host, reason=network_reason(exc))
+    return ServerError(f"{what}: unexpected Hugging Face response ({type(exc).__name__})", **facts)
 
 
 class HuggingFaceHub:
@@ -110,7 +115,7 @@ class HuggingFaceHub:
             commit = info.sha or revision
             entries = api.get_paths_info(repo, [filename], revision=commit, token=token)
         except Exception as exc:  # noqa: BLE001 - translated into a precise HubError
-            raise _translate(exc, what, self.token is not None) from None
+            raise _translate(exc, what, self.token is not None, url_host(self.endpoint)) from None
         entry = next((e for e in entries if getattr(e, "path", None) == filename and hasattr(e, "size")), None)
         if entry is None:
             raise NotFoundError(f"{what}: file not found in the repo on Hugging Face (revision {commit[:12]})")

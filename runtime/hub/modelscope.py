@@ -21,8 +21,22 @@ from urllib.parse import quote, urlencode
 
 import requests
 
-from runtime.hub.download import USER_AGENT, RemoteFile, http_error_for, parse_retry_after, url_origin
-from runtime.hub.errors import HubError, NetworkError, NotFoundError, RateLimitedError, ServerError
+from runtime.hub.download import (
+    USER_AGENT,
+    RemoteFile,
+    http_error_for,
+    parse_retry_after,
+    url_host,
+    url_origin,
+)
+from runtime.hub.errors import (
+    HubError,
+    NetworkError,
+    NotFoundError,
+    RateLimitedError,
+    ServerError,
+    network_reason,
+)
 from runtime.hub.settings import DEFAULT_MODELSCOPE_ENDPOINT
 from runtime.hub.tokens import Secret
 
@@ -53,30 +67,32 @@ class ModelScopeHub:
         """Every file entry of the repo (folders dropped)."""
         what = f"{repo} (ModelScope)"
         url = f"{self._api(repo)}/repo/files"
+        host = url_host(self.endpoint)
         try:
             resp = self.session.get(url, params={"Revision": revision, "Recursive": "True"},
                                     headers={"User-Agent": USER_AGENT, **self._auth()}, timeout=self.timeout_s)
         except requests.exceptions.RequestException as exc:
-            raise NetworkError(f"{what}: cannot reach ModelScope ({type(exc).__name__}); offline, DNS or proxy "
-                               "problem") from None
+            raise NetworkError(f"{what}: cannot reach ModelScope at {host} (offline, DNS or proxy problem)",
+                               host=host, reason=network_reason(exc)) from None
         if resp.status_code == 429:
             retry = parse_retry_after(resp.headers.get("Retry-After"))
             raise RateLimitedError(f"{what}: rate-limited by ModelScope (429)"
-                                   + (f"; try again in {retry:.0f} s" if retry is not None else ""), retry)
+                                   + (f"; try again in {retry:.0f} s" if retry is not None else ""), retry, host=host)
         if resp.status_code >= 500:
-            raise ServerError(f"{what}: ModelScope server error ({resp.status_code})")
+            raise ServerError(f"{what}: ModelScope server error ({resp.status_code})", host=host,
+                              status=resp.status_code)
         if resp.status_code != 200:
             raise http_error_for(resp.status_code, resp, what)
         try:
             body = resp.json()
         except ValueError:
-            raise ServerError(f"{what}: ModelScope answered with something that is not JSON") from None
+            raise ServerError(f"{what}: ModelScope answered with something that is not JSON", host=host) from None
         if not isinstance(body, dict) or not body.get("Success", body.get("Code") == 200):
             message = body.get("Message", "") if isinstance(body, dict) else ""
             code = body.get("Code") if isinstance(body, dict) else None
             if code in (404, 10010205001) or "not exist" in str(message).lower() or "not found" in str(message).lower():
-                raise NotFoundError(f"{what}: repository not found on ModelScope")
-            raise ServerError(f"{what}: ModelScope error {code}: {message}")
+                raise NotFoundError(f"{what}: repository not found on ModelScope", host=host)
+            raise ServerError(f"{what}: ModelScope error {code}: {message}", host=host)
         files = (body.get("Data") or {}).get("Files") or []
         return [f for f in files if isinstance(f, dict) and f.get("Type") != "tree"]
 
@@ -87,7 +103,8 @@ class ModelScopeHub:
             raise
         entry = next((f for f in files if f.get("Path") == filename), None)
         if entry is None:
-            raise NotFoundError(f"{repo}/{filename}: file not found in the repo on ModelScope")
+            raise NotFoundError(f"{repo}/{filename}: file not found in the repo on ModelScope",
+                                host=url_host(self.endpoint))
         sha = entry.get("Sha256") or None
         size = entry.get("Size")
         return RemoteFile(source="modelscope", repo=repo, filename=filename, revision=revision,

@@ -26,7 +26,8 @@ def normalize_endpoint(url: str) -> str:
     if "://" not in url:
         url = "https://" + url
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.netloc or not parts.hostname \
+            or any(c.isspace() for c in url):
         raise ValueError(f"not an http(s) endpoint URL: {url!r}")
     return url.rstrip("/")
 

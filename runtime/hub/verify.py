@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import struct
 import threading
 from collections.abc import Callable
@@ -108,6 +109,10 @@ def check_safetensors(f, size: int) -> list[str]:
         header = json.loads(raw)
     except ValueError as exc:
         return [f"structure: safetensors JSON header does not parse ({exc})"]
+    except RecursionError:
+        return ["structure: safetensors JSON header is nested too deeply"]
+    if not isinstance(header, dict):
+        return ["structure: safetensors JSON header is not an object"]
     buffer = size - 8 - n
     end_max = 0
     for name, info in header.items():
@@ -117,6 +122,8 @@ def check_safetensors(f, size: int) -> list[str]:
             begin, end = info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             return [f"structure: safetensors tensor {name!r} has no data_offsets"]
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (begin, end)):
+            return [f"structure: safetensors tensor {name!r} data_offsets are not whole numbers"]
         if not 0 <= begin <= end <= buffer:
             return [f"structure: safetensors tensor {name!r} offsets [{begin}, {end}] outside the {buffer}-byte buffer"]
         end_max = max(end_max, end)
@@ -177,3 +184,76 @@ def verify_file(path: str | os.PathLike[str], *, expected_size: int | None = Non
     digest = sha256_file(path, cancel=cancel, progress=progress)
     return compare(path, actual_size=os.path.getsize(path), actual_sha256=digest, expected_size=expected_size,
                    expected_sha256=expected_sha256, fmt=fmt)
+
+
+def _kind_of_special(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def check_local_model(path: str | os.PathLike[str]) -> list[str]:
+    """Everything that can be checked about a local model before it is loaded; [] when it can be.
+
+    Why before loading: loading replaces the model in use, and an import is remembered in the
+    model list; a file that cannot load must do neither. The checks are the cheap ones that
+    catch real-world breakage: a regular file (a FIFO would block forever), the format's magic
+    and version, then the whole header through the format's own reader (config, tensor table,
+    every tensor's bytes inside the file, known architecture). No tensor data is read.
+    """
+    from runtime.errors import TernaryError
+    from runtime.formats.loader import open_source
+
+    p = Path(path)
+    name = p.name or str(p)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return [f"{name}: no such file or folder"]
+    except OSError as exc:
+        return [f"{name}: cannot be read ({exc.strerror or exc})"]
+    if stat.S_ISDIR(st.st_mode):
+        if not (p / "config.json").is_file():
+            return [f"{name}: a folder without config.json is not a Hugging Face model folder"]
+        problems = []
+        for shard in sorted(p.glob("*.safetensors")):
+            mode = shard.stat().st_mode
+            if not stat.S_ISREG(mode):
+                problems.append(f"{shard.name}: {_kind_of_special(mode)}, not a model file")
+            else:
+                problems.extend(f"{shard.name}: {problem}" for problem in check_structure(shard, "safetensors"))
+        if problems:
+            return problems
+    elif not stat.S_ISREG(st.st_mode):
+        return [f"{name}: {_kind_of_special(st.st_mode)}, not a model file"]
+    else:
+        if st.st_size == 0:
+            return [f"{name}: the file is empty"]
+        problems = check_structure(p)
+        if any(problem.startswith("magic:") for problem in problems):
+            from runtime.formats.sniff import describe_file
+
+            fmt = {"gguf": "GGUF", "ternary": ".ternary"}.get(file_format(p) or "", "model")
+            return [f"{name}: not a {fmt} file: it is {describe_file(p)}"]
+        if problems:  # "version: expected …" -> "expected …": the label is for the verify report's table
+            return [f"{name}: {problem.split(': ', 1)[-1]}" for problem in problems]
+    try:
+        source = open_source(p)
+    except TernaryError as exc:
+        return [str(exc)]
+    except OSError as exc:
+        return [f"{name}: cannot be read ({exc.strerror or exc})"]
+    except MemoryError:
+        return [f"{name}: its header asks for more memory than this computer has; the file is damaged"]
+    except Exception as exc:  # noqa: BLE001 - any header the readers choke on is a damaged file
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unreadable header"
+        return [f"{name}: the header is damaged ({first})"]
+    try:
+        source.close()
+    except Exception:  # noqa: BLE001 - closing a mapping cannot make the file bad
+        pass
+    return []

@@ -29,7 +29,7 @@ def test_defaults_are_valid_and_roundtrip(tmp_path):
 @pytest.mark.parametrize("field,value,words", [
     ("temperature", -0.1, "between 0"), ("temperature", 2.5, "between 0"), ("top_p", 0.0, "above 0"),
     ("top_k", 3.5, "whole number"), ("min_p", 1.5, "Min-p"), ("repetition_penalty", 0.1, "0.5"),
-    ("presence_penalty", 3, "-2"), ("max_new_tokens", 0, "from 1"), ("seed", -1, "0 or more"),
+    ("presence_penalty", 3, "-2"), ("max_new_tokens", 0, "from 1"), ("seed", -1, "from 0 to 1844"),
     ("temperature", "hot", "between 0"), ("top_k", True, "whole number"),
 ])
 def test_sampling_validation_explains(field, value, words):

@@ -162,3 +162,63 @@ def test_gui_first_run_recommends_a_catalog_model_for_this_hardware(qtbot, make_
     w.welcome.set_hardware(Hardware(ram_total_bytes=2 * GIB, ram_available_bytes=GIB // 4))
     assert "None of the catalog models fits" in w.welcome.recommend_label.text()
     assert not w.welcome.start_button.isEnabled()
+
+
+def _answer_delete(qtbot, dlg, button_text: str, seen: list[str]) -> None:
+    """Click ``button_text`` in the delete confirmation once it is on screen (it runs its own event loop)."""
+    from PySide6.QtCore import QTimer
+
+    def act() -> None:
+        box = getattr(dlg, "confirm_box", None)
+        if box is None or not box.isVisible():
+            QTimer.singleShot(20, act)
+            return
+        seen.append(box.text())
+        seen.append("|".join(sorted(b.text() for b in box.buttons())))
+        next(b for b in box.buttons() if b.text() == button_text).click()
+
+    QTimer.singleShot(0, act)
+
+
+def test_gui_delete_asks_what_happens_to_the_file_and_selects_nothing_after(qtbot, make_window, tmp_path):
+    import os
+
+    w = make_window(load=False)
+    mine = [tmp_path / "mine-a.gguf", tmp_path / "mine-b.gguf"]
+    for i, p in enumerate(mine):
+        p.write_bytes(tiny_gguf(10_000, seed=10 + i))
+    w.settings.local_models = [str(p) for p in mine]
+    downloaded = tmp_path / "downloaded.gguf"
+    content = tiny_gguf(2_000_000, seed=12)
+    downloaded.write_bytes(content)
+    item = ModelStore().install(downloaded, "prism-ml--Tiny-Bonsai-gguf", "good.gguf", size=len(content),
+                                sha256=hashlib.sha256(content).hexdigest(), record={"source": "hf"})
+    with FakeHub() as hub:
+        dlg = _dialog(qtbot, w, hub)
+        # imported in place: the user's own file is only forgotten, and the question says so
+        assert dlg.select_key(("local", str(mine[0])))
+        seen: list[str] = []
+        _answer_delete(qtbot, dlg, "Cancel", seen)
+        dlg.delete_button.click()
+        assert seen and seen[0] == f"Remove mine-a.gguf from the list? The file stays at {mine[0]}."
+        assert seen[1] == "Cancel|Remove from list"
+        assert w.settings.local_models == [str(p) for p in mine]  # Cancel kept it
+        seen.clear()
+        _answer_delete(qtbot, dlg, "Remove from list", seen)
+        dlg.delete_button.click()
+        assert w.settings.local_models == [str(mine[1])] and mine[0].exists()
+        # the next row (mine-b) must not have become the selection: a second click deletes nothing
+        assert dlg.selected_row() is None and not dlg.delete_button.isEnabled()
+        dlg.delete_button.click()
+        assert w.settings.local_models == [str(mine[1])]
+
+        # downloaded into the models folder: Delete deletes the file, and the question says how big it is
+        assert dlg.select_key(("tiny-good", "good.gguf"))
+        seen.clear()
+        _answer_delete(qtbot, dlg, "Delete file", seen)
+        dlg.delete_button.click()
+        assert seen[0].startswith("Remove Tiny Good from the list and delete the file (2 MiB)?\n")
+        assert str(item.path) in seen[0] and seen[1] == "Cancel|Delete file"
+        assert not item.path.exists() and ModelStore().installed() == []
+        assert dlg.selected_row() is None and not dlg.delete_button.isEnabled()
+        assert os.path.exists(mine[1])
