@@ -1103,10 +1103,15 @@ class MainWindow(QMainWindow):
         doc = self._summary_doc
         if self._summary_saver is None and doc is not None:
             self._summary_new_conversation = self.conversation_id is None
+            # the title is the file's name: language-neutral, so it reads the same after a language switch
             if self.conversation_id is None:
-                c = self.store.create_conversation(self.tr("Summary of %1").replace("%1", doc.name),
-                                                   model=model_name(self.model_path))
+                c = self.store.create_conversation(doc.name, model=model_name(self.model_path))
                 self.conversation_id = c.id
+            else:
+                conv = self.store.conversation(self.conversation_id)
+                if conv and is_default_title(conv.title) and not self.store.messages(self.conversation_id):
+                    self.store.rename_conversation(self.conversation_id, doc.name)
+                    self.refresh_conversations()
             request_text = self.tr("Summarize the document %1").replace("%1", doc.name)
             um = self.store.add_message(self.conversation_id, "user", request_text)
             am = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)

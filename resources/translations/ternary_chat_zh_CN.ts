@@ -702,10 +702,6 @@
             <translation>在完成任何部分之前，摘要已被取消。</translation>
         </message>
         <message>
-            <source>Summary of %1</source>
-            <translation>%1 的摘要</translation>
-        </message>
-        <message>
             <source>first token %1</source>
             <translation>首词元 %1</translation>
         </message>

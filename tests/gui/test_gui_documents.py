@@ -259,3 +259,17 @@ def test_gui_document_given_while_the_model_loads_is_summarized_once_loaded(qtbo
         assert "as soon as the model is loaded" in w.banner.text()
     qtbot.waitUntil(lambda: bool(done) and w.last_summary is not None, timeout=180_000)
     assert w.store.messages(w.conversation_id)[-2].content == "Summarize the document notes.txt"
+
+
+def test_gui_summary_in_a_new_empty_chat_is_titled_by_the_file(qtbot, make_window, tmp_path):
+    """Ctrl+N, then a drop: the chat is named after the document (language-neutral), not left "New chat"."""
+    w = make_window(max_new_tokens=4)
+    w.new_conversation()
+    cid = w.conversation_id
+    doc = tmp_path / "minutes.txt"
+    doc.write_text("Short minutes: ternary weights are -1, 0 or +1.", encoding="utf-8")
+    with qtbot.waitSignal(w.worker.summaryDone, timeout=180_000):
+        _drop(w, doc)
+    qtbot.waitUntil(lambda: w.last_summary is not None, timeout=10_000)
+    assert w.conversation_id == cid and w.store.conversation(cid).title == "minutes.txt"
+    assert w.conversation_list.currentItem().text() == "minutes.txt"
