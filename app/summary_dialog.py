@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from PySide6.QtCore import QCoreApplication, Qt, QTimer
-from PySide6.QtGui import QKeyEvent
+from PySide6.QtGui import QKeyEvent, QShortcut
 from PySide6.QtWidgets import QProgressDialog, QPushButton, QWidget
 
 
@@ -92,12 +92,25 @@ class SummaryProgressDialog(QProgressDialog):
         self._countdown = QTimer(self)  # the time left counts down between steps (a step can take minutes)
         self._countdown.setInterval(1000)
         self._countdown.timeout.connect(self._show_label)
+        # QProgressDialog's own Esc shortcut does not emit ``canceled`` once a custom button is set (seen
+        # with Qt 6 here): Esc would do nothing. keyPressEvent handles Esc instead.
+        for shortcut in self.findChildren(QShortcut):
+            shortcut.setEnabled(False)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt override
         if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
             event.accept()  # swallowed: neither Cancel nor the main window gets it
             return
+        if event.key() == Qt.Key.Key_Escape:  # Esc is Cancel, as everywhere (keeps the parts done)
+            event.accept()
+            self.canceled.emit()
+            return
         super().keyPressEvent(event)
+
+    def reject(self) -> None:
+        """Esc (and closing the dialog) cancels like the Cancel button. QDialog's own reject would only
+        hide the dialog and leave the summary running with no way to stop it."""
+        self.canceled.emit()
 
     def show_progress(self, p: Any) -> None:
         """Step N of about M, the stage, and the time left from the measured speed."""

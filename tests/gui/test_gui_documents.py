@@ -273,3 +273,18 @@ def test_gui_summary_in_a_new_empty_chat_is_titled_by_the_file(qtbot, make_windo
     qtbot.waitUntil(lambda: w.last_summary is not None, timeout=10_000)
     assert w.conversation_id == cid and w.store.conversation(cid).title == "minutes.txt"
     assert w.conversation_list.currentItem().text() == "minutes.txt"
+
+
+def test_gui_escape_in_the_summary_dialog_cancels_and_keeps_the_parts(qtbot, make_window, tmp_path):
+    """Enter does nothing there, but Esc (the usual key for Cancel) still cancels, keeping the work."""
+    w = make_window()
+    _drop(w, _long_doc(tmp_path, paragraphs=40))
+    qtbot.waitUntil(lambda: w._summary_dialog is not None and w._summary_dialog.isVisible(), timeout=60_000)
+    token = w._summary_cancel
+    dlg = w._summary_dialog
+    dlg.activateWindow()  # as on a desktop: the modal dialog has the keyboard
+    qtbot.waitUntil(dlg.isActiveWindow, timeout=5000)
+    qtbot.keyClick(dlg, Qt.Key.Key_Escape)
+    assert token.cancelled
+    _wait_summary_end(qtbot, w)
+    assert w.last_summary.cancelled
