@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.paths import free_sibling
 from runtime.atomic import write_text_atomic
 
 SCHEMA_VERSION = 1
@@ -246,7 +247,7 @@ class HistoryStore:
     def _upgrade(self, missing: dict[str, list[str]]) -> None:
         """Add the columns an older layout lacks, after keeping a copy of the file as it was."""
         if not self.in_memory:  # byte for byte, with its write-ahead log if it has one
-            copy = _free_name(self.path, "pre-upgrade")
+            copy = free_sibling(self.path, "pre-upgrade")
             shutil.copyfile(self.path, copy)
             wal = self.path.with_name(self.path.name + "-wal")
             if wal.is_file():
@@ -476,22 +477,13 @@ class HistoryProblem:
     detail: str = ""
 
 
-def _free_name(path: Path, tag: str) -> Path:
-    """``<name>.<tag>-<timestamp>`` beside ``path``, not yet taken."""
-    base = f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}"
-    candidate, n = path.with_name(base), 2
-    while candidate.exists() or candidate.is_symlink():
-        candidate, n = path.with_name(f"{base}-{n}"), n + 1
-    return candidate
-
-
 def move_aside(path: Path, tag: str = "damaged") -> Path:
     """Rename ``path`` (and its SQLite ``-wal``/``-shm`` companions) to a free name beside it; never deletes.
 
     Why the companions move too: a stale write-ahead log left beside a fresh database would be
     replayed into it by SQLite.
     """
-    target = _free_name(path, tag)
+    target = free_sibling(path, tag)
     os.replace(path, target)
     for suffix in ("-wal", "-shm", "-journal"):
         companion = path.with_name(path.name + suffix)

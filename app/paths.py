@@ -15,10 +15,21 @@ from pathlib import Path
 
 from runtime.hub.paths import APP_NAME, HOME_ENV, HubPaths
 
-__all__ = ["APP_NAME", "HOME_ENV", "config_dir", "data_dir", "default_models_dir", "log_dir", "moved_aside"]
+__all__ = ["APP_NAME", "HOME_ENV", "config_dir", "data_dir", "default_models_dir", "free_sibling", "log_dir",
+           "moved_aside"]
 
 # (where a folder was expected, where the file found there was moved): the app tells the user.
 moved_aside: list[tuple[Path, Path]] = []
+
+
+def free_sibling(path: Path, tag: str) -> Path:
+    """``<name>.<tag>-<timestamp>`` beside ``path``, not yet taken: where a damaged or superseded file
+    is kept (history, settings, a file in a folder's place), so nothing is ever overwritten."""
+    base = f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = path.with_name(base), 2
+    while candidate.exists() or candidate.is_symlink():
+        candidate, n = path.with_name(f"{base}-{n}"), n + 1
+    return candidate
 
 
 def _ensure(path: Path) -> Path:
@@ -33,10 +44,7 @@ def _ensure(path: Path) -> Path:
         blocker = next((p for p in (path, *path.parents) if (p.exists() or p.is_symlink()) and not p.is_dir()), None)
         if blocker is None:
             raise
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target, n = blocker.with_name(f"{blocker.name}.damaged-{stamp}"), 2
-        while target.exists() or target.is_symlink():
-            target, n = blocker.with_name(f"{blocker.name}.damaged-{stamp}-{n}"), n + 1
+        target = free_sibling(blocker, "damaged")
         os.replace(blocker, target)
         moved_aside.append((blocker, target))
         path.mkdir(parents=True, exist_ok=True)

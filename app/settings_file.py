@@ -19,13 +19,13 @@ import logging
 import math
 import os
 import stat
-import time
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.paths import free_sibling
 from runtime.atomic import write_bytes_atomic
 
 log = logging.getLogger(__name__)
@@ -314,21 +314,13 @@ def build_settings(data: dict[str, Any], reset: list[str]) -> Any:
 
 
 # -- keeping copies -----------------------------------------------------------------------------
-def _stamp(path: Path, tag: str) -> Path:
-    base = f"{path.name}.{tag}-{time.strftime('%Y%m%d-%H%M%S')}"
-    candidate, n = path.with_name(base), 2
-    while candidate.exists() or candidate.is_symlink():
-        candidate, n = path.with_name(f"{base}-{n}"), n + 1
-    return candidate
-
-
 def keep_damaged_copy(path: Path, raw: bytes | None, tag: str = "damaged") -> Path | None:
     """Keep the file as it is now beside it; returns where (an identical earlier copy is reused).
 
     A file that cannot be read (or is not a file) is renamed instead of copied, so it is kept too.
     """
     if raw is None:
-        target = _stamp(path, tag)
+        target = free_sibling(path, tag)
         try:
             os.replace(path, target)
         except OSError as exc:
@@ -339,7 +331,7 @@ def keep_damaged_copy(path: Path, raw: bytes | None, tag: str = "damaged") -> Pa
         with contextlib.suppress(OSError):
             if old.is_file() and old.stat().st_size == len(raw) and old.read_bytes() == raw:
                 return old
-    target = _stamp(path, tag)
+    target = free_sibling(path, tag)
     try:
         write_bytes_atomic(target, raw)
     except OSError as exc:
