@@ -8,8 +8,12 @@ Markdown (code blocks, tables, lists) goes through ``QTextDocument.setMarkdown``
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QKeyEvent, QTextOption
+import html
+import re
+from typing import Any
+
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices, QKeyEvent, QTextOption
 from PySide6.QtWidgets import (
     QAbstractButton,
     QFrame,
@@ -25,6 +29,65 @@ from PySide6.QtWidgets import (
 )
 
 RENDER_MS = 50
+CITE_SCHEME = "cite"  # [n] in an answer links to cite:n (the source numbered n)
+SOURCE_SCHEME = "source"  # an entry of the Sources list links to source:i (its index in the list)
+QUOTE_CHARS = 140  # how much of a passage the Sources list quotes
+
+_CITATION = re.compile(r"([\[［【])(\s*\d{1,3}(?:\s*(?:[-–~,，、;]|and)\s*\d{1,3})*\s*)([\]］】])(?!\()")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def link_citations(markdown: str, numbers: set[int]) -> str:
+    """Turn the model's citations ``[1]``, ``[2, 3]``, ``[1-3]``, ``【1】`` into links ``cite:n`` for the
+    numbers that exist (the forms :func:`app.knowledge.answer.cited_numbers` reads).
+
+    Why here and not in the HTML: Qt renders the Markdown itself, so the links must be Markdown
+    links; text in code blocks and code spans is left alone, and so are ``[n](url)`` links and
+    ``[n]: url`` reference definitions the model wrote itself. Numbers without a source stay text.
+    """
+    if not numbers:
+        return markdown
+
+    def esc(bracket: str) -> str:
+        return "\\" + bracket if bracket in "[]" else bracket
+
+    def replace(m: re.Match[str]) -> str:
+        opening, inner, closing = m.groups()
+        definition = m.string[m.end():m.end() + 1] == ":" and not m.string[:m.start()].strip()
+        found = [int(x) for x in re.findall(r"\d+", inner)]
+        if definition or not any(n in numbers for n in found):
+            return m.group(0)
+        if inner.strip().isdigit():  # the whole "[n]" is the link: a bigger target
+            return f"[{esc(opening)}{found[0]}{esc(closing)}]({CITE_SCHEME}:{found[0]})"
+        linked = re.sub(r"\d+", lambda d: f"[{d.group(0)}]({CITE_SCHEME}:{d.group(0)})"
+                        if int(d.group(0)) in numbers else d.group(0), inner)
+        return esc(opening) + linked + esc(closing)
+
+    out: list[str] = []
+    fenced = False
+    for line in markdown.split("\n"):
+        if _FENCE.match(line):
+            fenced = not fenced
+            out.append(line)
+            continue
+        if fenced:
+            out.append(line)
+            continue
+        pieces, last = [], 0
+        for code in _CODE_SPAN.finditer(line):
+            pieces.append(_CITATION.sub(replace, line[last:code.start()]))
+            pieces.append(code.group(0))
+            last = code.end()
+        pieces.append(_CITATION.sub(replace, line[last:]))
+        out.append("".join(pieces))
+    return "\n".join(out)
+
+
+def short_quote(text: str, limit: int = QUOTE_CHARS) -> str:
+    """The start of a passage on one line, ending in "…" when cut."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[:limit - 1].rstrip() + "…"
 
 
 
@@ -46,11 +109,18 @@ class ReturnPressesButton(QObject):
 RETURN_PRESSES = ReturnPressesButton()
 
 class MarkdownView(QTextBrowser):
-    """A read-only QTextBrowser that grows to fit its content (the scroll area scrolls)."""
+    """A read-only QTextBrowser that grows to fit its content (the scroll area scrolls).
+
+    Links: ``cite:n`` and ``source:i`` are the app's own (emitted as :attr:`citationClicked` and
+    :attr:`sourceClicked`); any other link opens in the desktop's handler (a browser)."""
+
+    citationClicked = Signal(int)
+    sourceClicked = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setOpenExternalLinks(True)
+        self.setOpenLinks(False)  # a QTextBrowser would otherwise try to show the link's target itself
+        self.anchorClicked.connect(self._on_link)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.setFrameShape(QFrame.Shape.NoFrame)
@@ -59,6 +129,13 @@ class MarkdownView(QTextBrowser):
         self.document().documentLayout().documentSizeChanged.connect(self._fit)
         self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction
                                      | Qt.TextInteractionFlag.TextSelectableByKeyboard)
+
+    def _on_link(self, url: QUrl) -> None:
+        scheme, path = url.scheme(), url.path()
+        if scheme in (CITE_SCHEME, SOURCE_SCHEME) and path.isdigit():
+            (self.citationClicked if scheme == CITE_SCHEME else self.sourceClicked).emit(int(path))
+        elif scheme in ("http", "https", "mailto", "file"):
+            QDesktopServices.openUrl(url)
 
     def _fit(self, *_: object) -> None:
         h = int(self.document().size().height()) + 6
@@ -85,6 +162,7 @@ class MessageWidget(QFrame):
     copyRequested = Signal(int)
     editRequested = Signal(int)
     regenerateRequested = Signal(int)
+    sourceRequested = Signal(int, int)  # message id, index in :attr:`sources`
 
     def __init__(self, message_id: int, role: str, content: str = "", thinking: str = "",
                  parent: QWidget | None = None) -> None:
@@ -93,6 +171,7 @@ class MessageWidget(QFrame):
         self.role = role
         self.content = content
         self.thinking = thinking
+        self.sources: list[dict[str, Any]] = []  # as stored with the message (app.knowledge.answer.sources_to_json)
         self.setObjectName("userMessage" if role == "user" else "assistantMessage")
         self.setProperty("role", role)
         self.setFrameShape(QFrame.Shape.StyledPanel)
@@ -137,7 +216,14 @@ class MessageWidget(QFrame):
 
         self.body = MarkdownView()
         self.body.setAccessibleName(self.tr("Message from you") if role == "user" else self.tr("Reply"))
+        self.body.citationClicked.connect(self._on_citation)
         layout.addWidget(self.body)
+        self.sources_view = MarkdownView()  # "Sources": the passages the answer was given, numbered
+        self.sources_view.setObjectName("sourcesView")
+        self.sources_view.setAccessibleName(self.tr("Sources of this answer"))
+        self.sources_view.sourceClicked.connect(lambda i: self.sourceRequested.emit(self.message_id, i))
+        self.sources_view.setVisible(False)
+        layout.addWidget(self.sources_view)
         self.stats_label = QLabel()
         self.stats_label.setObjectName("statsLabel")
         self.stats_label.setWordWrap(True)
@@ -165,6 +251,8 @@ class MessageWidget(QFrame):
         self.thinking_toggle.setAccessibleName(self.tr("Show or hide the model's thinking"))
         self.thinking_view.setAccessibleName(self.tr("Model thinking"))
         self.body.setAccessibleName(self.tr("Message from you") if user else self.tr("Reply"))
+        self.sources_view.setAccessibleName(self.tr("Sources of this answer"))
+        self._render_sources()
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
         if event.type() == QEvent.Type.LanguageChange:
@@ -200,11 +288,50 @@ class MessageWidget(QFrame):
 
     def render(self) -> None:
         self._render_timer.stop()
-        self.body.setMarkdown(self.content if self.role == "assistant" else _escape_user(self.content))
+        if self.role == "assistant":
+            self.body.setMarkdown(link_citations(self.content, set(self.cited_numbers())))
+        else:
+            self.body.setMarkdown(_escape_user(self.content))
         has_thinking = bool(self.thinking.strip())
         self.thinking_toggle.setVisible(has_thinking)
         if has_thinking:
             self.thinking_view.setMarkdown(self.thinking)
+
+    def cited_numbers(self) -> list[int]:
+        """The numbers [n] may link to: those of the passages the model was given."""
+        return [int(s["n"]) for s in self.sources if s.get("used") and isinstance(s.get("n"), int)]
+
+    def set_sources(self, sources: list[dict[str, Any]]) -> None:
+        """Show the answer's sources under it and link its [n] citations to them."""
+        self.sources = list(sources or [])
+        self._render_sources()
+        self.render()
+
+    def _on_citation(self, number: int) -> None:
+        index = next((i for i, s in enumerate(self.sources) if s.get("used") and s.get("n") == number), None)
+        if index is not None:
+            self.sourceRequested.emit(self.message_id, index)
+
+    def _render_sources(self) -> None:
+        """The Sources list (each entry a link to its passage) and, never silently, what was left out."""
+        used = [(i, s) for i, s in enumerate(self.sources) if s.get("used")]
+        left = [(i, s) for i, s in enumerate(self.sources) if not s.get("used")]
+        self.sources_view.setVisible(bool(self.sources))
+        if not self.sources:
+            self.sources_view.clear()
+            return
+        parts = [f"<p><b>{html.escape(self.tr('Sources'))}</b></p>"] if used else []
+        for i, s in used:
+            quote = short_quote(str(s.get("quote", "")))
+            parts.append(f'<p><a href="{SOURCE_SCHEME}:{i}">[{int(s.get("n", 0))}]</a> '
+                         f'{html.escape(str(s.get("location", "")))}'
+                         + (f" — <i>“{html.escape(quote)}”</i>" if quote else "") + "</p>")
+        if left:
+            links = "; ".join(f'<a href="{SOURCE_SCHEME}:{i}">{html.escape(str(s.get("location", "")))}</a>'
+                              for i, s in left)
+            label = html.escape(self.tr("Left out (did not fit in the context): %1")).replace("%1", links)
+            parts.append(f"<p>{label}</p>")
+        self.sources_view.setHtml("".join(parts))
 
     def set_status(self, text: str) -> None:
         self.stats_label.setText(text)
@@ -214,7 +341,7 @@ class MessageWidget(QFrame):
         """The message's keyboard stops in reading order: Copy, Edit or Regenerate, the thinking
         toggle and text (Tab skips them while hidden), then the message text itself."""
         return [b for b in (self.copy_button, self.edit_button, self.regen_button, self.thinking_toggle,
-                            self.thinking_view, self.body) if b is not None]
+                            self.thinking_view, self.body, self.sources_view) if b is not None]
 
     def set_actions_enabled(self, enabled: bool) -> None:
         for b in (self.edit_button, self.regen_button):
@@ -235,6 +362,7 @@ class ChatView(QScrollArea):
     copyRequested = Signal(int)
     editRequested = Signal(int)
     regenerateRequested = Signal(int)
+    sourceRequested = Signal(int, int)  # message id, index in its sources
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -283,8 +411,7 @@ class ChatView(QScrollArea):
 
     def clear(self) -> None:
         for w in self.widgets:
-            w.setParent(None)
-            w.deleteLater()
+            self._discard(w)
         self.widgets = []
         self._follow = True
 
@@ -293,6 +420,7 @@ class ChatView(QScrollArea):
         w.copyRequested.connect(self.copyRequested)
         w.editRequested.connect(self.editRequested)
         w.regenerateRequested.connect(self.regenerateRequested)
+        w.sourceRequested.connect(self.sourceRequested)
         self._layout.insertWidget(self._layout.count() - 1, w)
         previous = self.widgets[-1].focus_chain()[-1] if self.widgets else self
         self.widgets.append(w)
@@ -312,14 +440,20 @@ class ChatView(QScrollArea):
         if self.tab_after is not None:
             QWidget.setTabOrder(previous, self.tab_after)
 
+    def _discard(self, w: MessageWidget) -> None:
+        """Out of the layout and deleted later. Not ``setParent(None)``: that makes it a hidden top-level
+        window for a moment, and deleting a window closes an open popup menu (the drop menu)."""
+        self._layout.removeWidget(w)
+        w.hide()
+        w.deleteLater()
+
     def widget_for(self, message_id: int) -> MessageWidget | None:
         return next((w for w in self.widgets if w.message_id == message_id), None)
 
     def remove_from(self, message_id: int) -> None:
         keep = [w for w in self.widgets if w.message_id < message_id]
         for w in self.widgets[len(keep):]:
-            w.setParent(None)
-            w.deleteLater()
+            self._discard(w)
         self.widgets = keep
 
     def _on_scroll(self, value: int) -> None:

@@ -1,4 +1,5 @@
-"""Text extraction from documents a user drops on the window: .txt .md .pdf .docx .html.
+"""Text extraction from documents a user drops on the window or adds to a knowledge base:
+.txt .md .pdf .docx .html, and source code / plain-text files (kind "code") for knowledge bases.
 
 Why here and not in the runtime: it is an app feature with app-level messages. Every failure a
 user can cause (encrypted or scanned PDF, damaged .docx, a binary file renamed to .txt, a huge
@@ -19,7 +20,7 @@ import codecs
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import BinaryIO
@@ -32,6 +33,16 @@ MAX_DOCUMENT_BYTES = 100 * 1024 * 1024
 MAX_UNPACKED_BYTES = 256 * 1024 * 1024
 MAX_DOCX_MEMBERS = 10_000
 SUPPORTED_SUFFIXES = (".txt", ".md", ".markdown", ".pdf", ".docx", ".html", ".htm")
+# Source code and plain-text formats a knowledge base indexes (read as text, kind "code"). The
+# summary drop keeps SUPPORTED_SUFFIXES: summarising a source file is not what that feature is for.
+CODE_SUFFIXES = (".py", ".pyi", ".c", ".h", ".cc", ".cpp", ".cxx", ".hpp", ".hh", ".cs", ".java", ".kt", ".kts",
+                 ".scala", ".go", ".rs", ".rb", ".php", ".pl", ".lua", ".swift", ".m", ".mm", ".js", ".jsx",
+                 ".mjs", ".cjs", ".ts", ".tsx", ".vue", ".css", ".scss", ".less", ".sh", ".bash", ".zsh",
+                 ".fish", ".ps1", ".bat", ".cmd", ".sql", ".r", ".jl", ".dart", ".ex", ".exs", ".erl", ".hs",
+                 ".ml", ".clj", ".el", ".vim", ".toml", ".yaml", ".yml", ".json", ".ini", ".cfg", ".conf",
+                 ".xml", ".csv", ".tsv", ".rst", ".tex", ".org", ".adoc", ".log", ".cmake", ".gradle",
+                 ".proto", ".graphql", ".zig", ".nim", ".v", ".sv", ".vhd", ".f90", ".asm", ".s")
+INDEXABLE_SUFFIXES = SUPPORTED_SUFFIXES + CODE_SUFFIXES
 
 
 class DocumentError(TernaryError):
@@ -46,10 +57,16 @@ class DocumentError(TernaryError):
 @dataclass
 class Document:
     path: Path
-    kind: str  # "text" | "markdown" | "pdf" | "docx" | "html"
+    kind: str  # "text" | "markdown" | "pdf" | "docx" | "html" | "code"
     text: str
     pages: int = 0  # PDF pages (0 for other kinds)
     encoding: str = ""  # text/html: the detected encoding
+    # PDF: each page's text (stripped; "" for a page without text), so passages know their page.
+    # ``text`` is the non-empty ones joined by blank lines.
+    page_texts: list[str] = field(default_factory=list)
+    # html/docx: the headings in reading order as (level 1-6, title); each title is also a line of
+    # ``text``, so a passage can find the heading it sits under.
+    headings: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -57,14 +74,23 @@ class Document:
 
 
 def is_supported(path: str | os.PathLike[str]) -> bool:
+    """A document the summary drop reads (prose formats)."""
     return Path(path).suffix.lower() in SUPPORTED_SUFFIXES
 
 
+def is_indexable(path: str | os.PathLike[str]) -> bool:
+    """A file a knowledge base reads: the documents plus source code and plain-text formats."""
+    return Path(path).suffix.lower() in INDEXABLE_SUFFIXES
+
+
 def extract_text(path: str | os.PathLike[str], max_bytes: int = MAX_DOCUMENT_BYTES) -> Document:
-    """Read a document's text. Raises :class:`DocumentError` with a user-readable reason."""
+    """Read a document's text. Raises :class:`DocumentError` with a user-readable reason.
+
+    Source-code suffixes (:data:`CODE_SUFFIXES`) are read as text with kind "code".
+    """
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
+    if suffix not in INDEXABLE_SUFFIXES:
         raise DocumentError(f"{p.name}: unsupported file type '{suffix or '(none)'}'. "
                             "Supported: .txt, .md, .pdf, .docx, .html.", "unsupported", name=p.name, suffix=suffix)
     with _open_regular_file(p, max_bytes) as f:
@@ -76,13 +102,17 @@ def extract_text(path: str | os.PathLike[str], max_bytes: int = MAX_DOCUMENT_BYT
     if len(raw) > max_bytes:  # grew after the size check
         raise _too_large(p, len(raw), max_bytes)
     text, encoding = decode_text(raw, p.name)
+    headings: list[tuple[int, str]] = []
     if suffix in (".html", ".htm"):
-        text, kind = html_to_text(text), "html"
+        text, headings = html_to_text_and_headings(text)
+        kind = "html"
+    elif suffix in CODE_SUFFIXES:
+        kind = "code"
     else:
         kind = "markdown" if suffix in (".md", ".markdown") else "text"
     if not text.strip():
         raise DocumentError(f"{p.name} contains no text.", "empty", name=p.name)
-    return Document(p, kind, text, encoding=encoding)
+    return Document(p, kind, text, encoding=encoding, headings=headings)
 
 
 def _too_large(p: Path, size: int, max_bytes: int) -> DocumentError:
@@ -233,38 +263,57 @@ _BLOCK_TAGS = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6",
                "header", "footer", "pre", "blockquote", "table", "ul", "ol", "hr", "title"}
 
 
+_HEADING_TAGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+
+
 class _TextFromHTML(HTMLParser):
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
+        self.headings: list[tuple[int, str]] = []
         self._skip = 0
+        self._heading: tuple[int, list[str]] | None = None
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag in ("script", "style", "noscript", "template"):
             self._skip += 1
         elif tag in _BLOCK_TAGS:
             self.parts.append("\n")
+            if tag in _HEADING_TAGS:
+                self._heading = (_HEADING_TAGS[tag], [])
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("script", "style", "noscript", "template"):
             self._skip = max(0, self._skip - 1)
         elif tag in _BLOCK_TAGS:
             self.parts.append("\n")
+            if tag in _HEADING_TAGS and self._heading is not None:
+                title = re.sub(r"\s+", " ", "".join(self._heading[1])).strip()
+                if title:
+                    self.headings.append((self._heading[0], title))
+                self._heading = None
 
     def handle_data(self, data: str) -> None:
         if not self._skip:
             self.parts.append(data)
+            if self._heading is not None:
+                self._heading[1].append(data)
 
 
 def html_to_text(html: str) -> str:
     """Visible text of an HTML page; scripts and styles dropped, whitespace tidied."""
+    return html_to_text_and_headings(html)[0]
+
+
+def html_to_text_and_headings(html: str) -> tuple[str, list[tuple[int, str]]]:
+    """Visible text of an HTML page and its h1-h6 headings as (level, title) in reading order."""
     parser = _TextFromHTML()
     parser.feed(html)
     parser.close()
     text = "".join(parser.parts)
     text = re.sub(r"[ \t\r\f\v]+", " ", text)
     text = re.sub(r" *\n *", "\n", text)
-    return re.sub(r"\n{3,}", "\n\n", text).strip()
+    return re.sub(r"\n{3,}", "\n\n", text).strip(), parser.headings
 
 
 # -- PDF ---------------------------------------------------------------------------------------
@@ -306,11 +355,12 @@ def _pdf(p: Path, f: BinaryIO) -> Document:
     except Exception as exc:  # noqa: BLE001 - pypdf raises many types (and bare ones) for broken files
         raise DocumentError(f"{p.name} is damaged or not a PDF ({_reason(exc)}).", "corrupt",
                             name=p.name) from None
-    text = "\n\n".join(t.strip() for t in pages if t.strip())
+    page_texts = [t.strip() for t in pages]
+    text = "\n\n".join(t for t in page_texts if t)
     if not text.strip():
         raise DocumentError(f"{p.name} looks like a scanned PDF with no text layer; run OCR on it first "
                             "(no text could be extracted).", "no_text", name=p.name)
-    return Document(p, "pdf", text, pages=len(pages))
+    return Document(p, "pdf", text, pages=len(pages), page_texts=page_texts)
 
 
 def _reason(exc: BaseException) -> str:
@@ -339,13 +389,27 @@ def _docx(p: Path, f: BinaryIO) -> Document:
     except Exception as exc:  # noqa: BLE001 - zip, OPC and lxml errors for broken parts
         raise DocumentError(f"{damaged} ({_reason(exc)}).", "corrupt", name=p.name) from None
     parts = [para.text for para in d.paragraphs]
+    headings = [(level, para.text.strip()) for para in d.paragraphs
+                if (level := _docx_heading_level(para)) and para.text.strip()]
     for table in d.tables:
         for row in table.rows:
             parts.append(" | ".join(cell.text.strip() for cell in row.cells))
     text = "\n".join(parts).strip()
     if not text:
         raise DocumentError(f"{p.name} contains no text.", "empty", name=p.name)
-    return Document(p, "docx", text)
+    return Document(p, "docx", text, headings=headings)
+
+
+def _docx_heading_level(para: object) -> int:
+    """1-6 for a paragraph in Word's built-in "Heading N" (or "Title") style, else 0."""
+    try:
+        name = (para.style.name or "") if para.style is not None else ""
+    except Exception:  # noqa: BLE001 - a damaged style part must not lose the text
+        return 0
+    if name == "Title":
+        return 1
+    m = re.fullmatch(r"Heading ([1-6])", name)
+    return int(m.group(1)) if m else 0
 
 
 def _check_zip_unpacked_size(p: Path, f: BinaryIO) -> None:

@@ -56,7 +56,8 @@ CREATE TABLE IF NOT EXISTS messages (
     thinking TEXT NOT NULL DEFAULT '',
     stats TEXT NOT NULL DEFAULT '{}',
     created REAL NOT NULL,
-    status TEXT NOT NULL DEFAULT 'complete' CHECK (status IN ('partial', 'complete'))
+    status TEXT NOT NULL DEFAULT 'complete' CHECK (status IN ('partial', 'complete')),
+    sources TEXT NOT NULL DEFAULT '[]'
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 """
@@ -85,7 +86,8 @@ _COLUMNS: dict[str, dict[str, str]] = {
                       "settings": "TEXT NOT NULL DEFAULT '{}'"},
     "messages": {"role": "TEXT NOT NULL DEFAULT 'user'", "content": "TEXT NOT NULL DEFAULT ''",
                  "thinking": "TEXT NOT NULL DEFAULT ''", "stats": "TEXT NOT NULL DEFAULT '{}'",
-                 "created": "REAL NOT NULL DEFAULT 0", "status": "TEXT NOT NULL DEFAULT 'complete'"},
+                 "created": "REAL NOT NULL DEFAULT 0", "status": "TEXT NOT NULL DEFAULT 'complete'",
+                 "sources": "TEXT NOT NULL DEFAULT '[]'"},
 }
 _KEY_COLUMNS = {"conversations": ("id",), "messages": ("id", "conversation_id")}  # cannot be added later
 VERIFY_LIMIT_BYTES = 512 * 1024**2  # above this the start-up integrity check is skipped (it reads every page)
@@ -132,6 +134,9 @@ class Message:
     stats: dict[str, Any] = field(default_factory=dict)
     created: float = 0.0
     status: str = COMPLETE
+    # the passages a grounded answer was given (app.knowledge.answer.sources_to_json): [{"n", "passage_id",
+    # "path", "location", "quote", "used", ...}]; empty for ordinary messages
+    sources: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def interrupted(self) -> bool:
@@ -146,6 +151,19 @@ def _json_dict(text: Any) -> dict[str, Any]:
     except (TypeError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _json_sources(text: Any) -> list[dict[str, Any]]:
+    """The sources column; damaged JSON or items that are not objects read as nothing, never an error."""
+    try:
+        value = json.loads(text or "[]")
+    except (TypeError, ValueError, RecursionError):
+        return []
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _sources_text(sources: list[dict[str, Any]] | None) -> str:
+    return json.dumps(list(sources or []), ensure_ascii=False)
 
 
 def _text(value: Any, default: str = "") -> str:
@@ -165,8 +183,9 @@ def _conversation(row: sqlite3.Row) -> Conversation:
 
 def _message(row: sqlite3.Row) -> Message:
     status = PARTIAL if row["status"] == PARTIAL else COMPLETE
+    sources = _json_sources(row["sources"]) if "sources" in row.keys() else []  # a salvaged older file lacks it
     return Message(int(row["id"]), int(row["conversation_id"]), _text(row["role"], "user"), _text(row["content"]),
-                   _text(row["thinking"]), _json_dict(row["stats"]), _number(row["created"]), status)
+                   _text(row["thinking"]), _json_dict(row["stats"]), _number(row["created"]), status, sources)
 
 
 def default_history_path() -> Path:
@@ -324,20 +343,23 @@ class HistoryStore:
 
     # -- messages ------------------------------------------------------------------------------
     def add_message(self, conversation_id: int, role: str, content: str, thinking: str = "",
-                    stats: dict[str, Any] | None = None, status: str = COMPLETE) -> Message:
+                    stats: dict[str, Any] | None = None, status: str = COMPLETE,
+                    sources: list[dict[str, Any]] | None = None) -> Message:
         now = time.time()
         with self._db:
             self._db.execute("BEGIN")
             cur = self._db.execute(
-                "INSERT INTO messages(conversation_id, role, content, thinking, stats, created, status) "
-                "VALUES (?,?,?,?,?,?,?)",
-                (conversation_id, role, content, thinking, json.dumps(stats or {}), now, status))
+                "INSERT INTO messages(conversation_id, role, content, thinking, stats, created, status, sources) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                (conversation_id, role, content, thinking, json.dumps(stats or {}), now, status,
+                 _sources_text(sources)))
             self._db.execute("UPDATE conversations SET updated=? WHERE id=?", (now, conversation_id))
         return Message(int(cur.lastrowid), conversation_id, role, content, thinking, dict(stats or {}),
-                       now, status)
+                       now, status, [dict(s) for s in sources or []])
 
     def update_message(self, message_id: int, *, content: str | None = None, thinking: str | None = None,
-                       stats: dict[str, Any] | None = None, status: str | None = None) -> None:
+                       stats: dict[str, Any] | None = None, status: str | None = None,
+                       sources: list[dict[str, Any]] | None = None) -> None:
         sets, args = [], []
         for column, value in (("content", content), ("thinking", thinking), ("status", status)):
             if value is not None:
@@ -346,6 +368,9 @@ class HistoryStore:
         if stats is not None:
             sets.append("stats=?")
             args.append(json.dumps(stats))
+        if sources is not None:
+            sets.append("sources=?")
+            args.append(_sources_text(sources))
         if not sets:
             return
         self._db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id=?", (*args, message_id))
@@ -377,7 +402,7 @@ class HistoryStore:
             "settings": conv.settings,
             "messages": [
                 {"role": m.role, "content": m.content, "thinking": m.thinking, "stats": m.stats,
-                 "created": m.created, "status": m.status}
+                 "created": m.created, "status": m.status, "sources": m.sources}
                 for m in self.messages(conversation_id)
             ],
         }
@@ -403,8 +428,26 @@ def conversation_markdown(data: dict[str, Any]) -> str:
         lines.append(m["content"].rstrip())
         if m["status"] == PARTIAL:
             lines += ["", "*(interrupted)*"]
+        lines += _sources_markdown(m.get("sources") or [])
         lines.append("")
     return "\n".join(lines)
+
+
+def _sources_markdown(sources: list[dict[str, Any]]) -> list[str]:
+    """A "Sources" list under an answer: the cited numbers with location and quote, then what was left out."""
+    used = [s for s in sources if isinstance(s, dict) and s.get("used", True)]
+    left = [s for s in sources if isinstance(s, dict) and not s.get("used", True)]
+    if not used and not left:
+        return []
+    lines = ["", "**Sources**", ""]
+    for s in used:
+        quote = _text(s.get("quote")).strip()
+        lines.append(f"- [{s.get('n', '?')}] {_text(s.get('location') or s.get('path'))}"
+                     + (f" — “{quote}”" if quote else ""))
+    if left:
+        lines.append("")
+        lines.append("*Left out (did not fit):* " + "; ".join(_text(s.get("location") or s.get("path")) for s in left))
+    return lines
 
 
 class StreamingMessageSaver:
@@ -540,9 +583,10 @@ def salvage(damaged: Path, store: HistoryStore) -> int:
                                (m.conversation_id, "Recovered chat", now, now))
                     recovered.add(m.conversation_id)
                 role = m.role if m.role in ("system", "user", "assistant") else "user"
-                db.execute("INSERT INTO messages(id, conversation_id, role, content, thinking, stats, created, status) "
-                           "VALUES (?,?,?,?,?,?,?,?)", (mid, m.conversation_id, role, m.content, m.thinking,
-                                                        json.dumps(m.stats), m.created, m.status))
+                db.execute("INSERT INTO messages(id, conversation_id, role, content, thinking, stats, created, status, "
+                           "sources) VALUES (?,?,?,?,?,?,?,?,?)",
+                           (mid, m.conversation_id, role, m.content, m.thinking, json.dumps(m.stats), m.created,
+                            m.status, _sources_text(m.sources)))
             except (sqlite3.Error, IndexError, KeyError, ValueError, TypeError):
                 continue
     return len(recovered)

@@ -25,7 +25,15 @@ from PySide6.QtCore import (
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QGuiApplication, QKeySequence
+from PySide6.QtGui import (
+    QAction,
+    QCloseEvent,
+    QCursor,
+    QDragEnterEvent,
+    QDropEvent,
+    QGuiApplication,
+    QKeySequence,
+)
 from PySide6.QtWidgets import (
     QComboBox,
     QFileDialog,
@@ -51,6 +59,8 @@ from PySide6.QtWidgets import (
 )
 
 from app import documents
+from app.attachments_bar import AttachmentsBar
+from app.chat_knowledge import ChatKnowledge
 from app.chat_view import RETURN_PRESSES, ChatView, MessageWidget, PromptEdit
 from app.errors import UserError, error_text
 from app.gauges import GaugePanel, format_bytes, format_seconds
@@ -150,14 +160,17 @@ class MainWindow(QMainWindow):
     modelLoadFailed = Signal(str)  # the message shown to the user
     modelImportRefused = Signal(str)  # an imported file failed its checks; the message shown to the user
     generationFinished = Signal(int)
+    dropHandled = Signal()  # a drop on the window was dealt with (its menu answered, the action started)
 
     def __init__(self, settings: AppSettings | None = None, store: HistoryStore | None = None,
                  loader: Callable[..., Any] = load_engine, settings_path: str | Path | None = None,
-                 autoload: bool = True) -> None:
+                 autoload: bool = True, knowledge_store: Any = None) -> None:
         super().__init__()
         self.settings_path = Path(settings_path) if settings_path else None
         self.settings = settings or AppSettings.load(self.settings_path)
         self.store = store or HistoryStore()
+        self._knowledge_store = knowledge_store  # None: the user's, opened by ChatKnowledge
+        self.knowledge: ChatKnowledge | None = None
         self.host = WorkerHost(loader, self)
         self.worker = self.host.worker
         self.conversation_id: int | None = None
@@ -185,6 +198,11 @@ class MainWindow(QMainWindow):
         self._summary_request_message = 0  # id of the "Summarize the document" message
         self._summary_new_conversation = False  # the chat was made for this summary
         self._tasks: list[BackgroundTask] = []
+        self._grounded_question = ""  # the question of the reply being answered from documents
+        self.drop_menu: QMenu | None = None  # the "ask or summarize?" menu while it is open
+        self.passage_dialog: Any = None  # the last citation's passage dialog
+        self.bases_dialog: Any = None  # the chat's knowledge-base chooser while open
+        self.knowledge_dialog: Any = None  # the knowledge-base manager while open
         self.last_error = ""
         self.last_summary: Any = None
         try:
@@ -199,10 +217,16 @@ class MainWindow(QMainWindow):
         self.setAcceptDrops(True)
         self.resize(1280, 800)
         self._build()
+        self.knowledge = ChatKnowledge(self.attachments_bar, self._knowledge_message, self._knowledge_store,
+                                       device=self.settings.hardware.device, parent=self)
+        self.knowledge.attachmentsChanged.connect(self._chain_attachments_bar)
+        self._chain_attachments_bar()
         self._fit_minimums()
         self._connect_worker()
         self._shortcuts()
         self.retranslate()
+        if self.knowledge.problem:  # a damaged knowledge store never stops the start: say what was done
+            self.show_notice(self.knowledge.problem, sticky=True)
         self.refresh_conversations()
         self.refresh_models()
         self._gauge_timer = QTimer(self)
@@ -293,13 +317,23 @@ class MainWindow(QMainWindow):
         self.chat_view.copyRequested.connect(self.copy_message)
         self.chat_view.editRequested.connect(self.edit_message)
         self.chat_view.regenerateRequested.connect(self.regenerate)
+        self.chat_view.sourceRequested.connect(self.open_source)
         self.stack.addWidget(self.welcome)
         self.stack.addWidget(self.chat_view)
         cl.addWidget(self.stack, 1)
 
+        self.attachments_bar = AttachmentsBar()
+        self.attachments_bar.chooseBasesRequested.connect(self.choose_knowledge_bases)
+        cl.addWidget(self.attachments_bar)
+
         inp = QHBoxLayout()
         self.attach_button = QToolButton()
-        self.attach_button.clicked.connect(self.attach_document)
+        self.attach_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.attach_menu = QMenu(self)
+        self.attach_files_action = self.attach_menu.addAction("", self.attach_document)
+        self.attach_folder_action = self.attach_menu.addAction("", self.attach_folder)
+        self.summarize_action = self.attach_menu.addAction("", self.summarize_document)
+        self.attach_button.setMenu(self.attach_menu)
         self.input = PromptEdit()
         self.input.setObjectName("promptEdit")
         self.input.setMaximumHeight(96)
@@ -367,6 +401,18 @@ class MainWindow(QMainWindow):
         self.models_action = action(QKeySequence("Ctrl+M"), self.open_model_manager)
         self.quit_action = action(QKeySequence("Ctrl+Q"), self.close)
 
+        # Documents menu: attach (ask questions), summarize, and the knowledge bases
+        self.documents_menu = self.menuBar().addMenu("")
+        self.documents_menu.addAction(self.attach_files_action)
+        self.documents_menu.addAction(self.attach_folder_action)
+        self.documents_menu.addAction(self.summarize_action)
+        self.documents_menu.addSeparator()
+        self.knowledge_action = QAction(self)
+        self.knowledge_action.setShortcut(QKeySequence("Ctrl+K"))
+        self.knowledge_action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
+        self.knowledge_action.triggered.connect(self.open_knowledge_bases)
+        self.documents_menu.addAction(self.knowledge_action)
+
         # View menu: the Performance panel can be hidden (remembered in the settings)
         self.view_menu = self.menuBar().addMenu("")
         self.panel_action = QAction(self)
@@ -405,8 +451,15 @@ class MainWindow(QMainWindow):
         self.banner.setAccessibleName(self.tr("Message"))
         self.banner_close.setAccessibleName(self.tr("Dismiss message"))
         self.attach_button.setText(self.tr("Attach…"))
-        self.attach_button.setAccessibleName(self.tr("Attach a document to summarize"))
-        self.attach_button.setToolTip(self.tr("Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)"))
+        self.attach_button.setAccessibleName(self.tr("Attach documents to ask about, or summarize one"))
+        self.attach_button.setToolTip(self.tr("Ask questions about documents (.txt, .md, .pdf, .docx, .html, source "
+                                              "code) or summarize one; you can also drop files here"))
+        self.attach_files_action.setText(self.tr("Ask questions about documents (attach to this chat)…"))
+        self.attach_folder_action.setText(self.tr("Ask questions about a folder (attach to this chat)…"))
+        self.summarize_action.setText(self.tr("Summarize a document…"))
+        self.documents_menu.setTitle(self.tr("&Documents"))
+        self.knowledge_action.setText(self.tr("Knowledge bases…"))
+        self.knowledge_action.setToolTip(self.tr("Create and update knowledge bases (Ctrl+K)"))
         self.input.setAccessibleName(self.tr("Message input"))
         self.input.setPlaceholderText(self.tr("Type a message. Enter sends, Shift+Enter adds a new line."))
         self.status_label.setAccessibleName(self.tr("Status"))
@@ -485,6 +538,7 @@ class MainWindow(QMainWindow):
         w.summaryFailed.connect(self._on_summary_failed)
         w.summaryStep.connect(self._on_summary_step)
         w.summaryTokens.connect(self._on_summary_tokens)
+        w.grounded.connect(self._on_grounded)
 
     # ------------------------------------------------------------------ banner / state
     def show_error(self, text: str) -> None:
@@ -496,8 +550,9 @@ class MainWindow(QMainWindow):
     def show_notice(self, text: str, sticky: bool = False) -> None:
         """A notice in the banner. ``sticky`` ones (what happened to damaged files at start) stay until the
         user closes them: later messages show above them, and clearing those brings them back."""
-        if sticky:
-            self._sticky_notice = text
+        if sticky:  # several (the history's and the knowledge store's at start) are all kept
+            self._sticky_notice = (self._sticky_notice + "\n\n" + text
+                                   if self._sticky_notice and text not in self._sticky_notice else text)
         self.banner.setProperty("kind", "notice")
         self._show_banner(text)
 
@@ -535,12 +590,14 @@ class MainWindow(QMainWindow):
         self.send_button.setText(self.tr("Stop") if self.generating else self.tr("Send"))
         self.send_button.setAccessibleName(self.tr("Stop generating") if self.generating else self.tr("Send message"))
         self.send_button.setEnabled(self.generating or (has_model and not busy and not self.loading))
-        self.attach_button.setEnabled(has_model and not busy and not self.loading)
+        self.attach_button.setEnabled(not busy)  # attaching needs no model; summarizing does
+        self.summarize_action.setEnabled(has_model and not busy and not self.loading)
         self.model_combo.setEnabled(not busy and not self.loading)
         for w in self.chat_view.widgets:
             w.set_actions_enabled(has_model and not busy and not self.loading)
         show_welcome = not has_model and not self.loading and self.conversation_id is None
         self.stack.setCurrentWidget(self.welcome if show_welcome else self.chat_view)
+        self.attachments_bar.setVisible(not show_welcome)
 
     # ------------------------------------------------------------------ conversations
     def refresh_conversations(self) -> None:
@@ -579,7 +636,11 @@ class MainWindow(QMainWindow):
                 continue
             w = self.chat_view.add_message(m.id, m.role, m.content, m.thinking)
             w.set_status(self._stats_text(m.stats, interrupted=m.status == PARTIAL))
+            if m.sources:
+                w.set_sources(m.sources)
         self.gauges.show_conversation_context(_context_fill(messages))
+        if self.knowledge is not None:
+            self.knowledge.set_conversation(conversation_id)
         for i in range(self.conversation_list.count()):
             it = self.conversation_list.item(i)
             if int(it.data(Qt.ItemDataRole.UserRole)) == conversation_id:
@@ -631,6 +692,8 @@ class MainWindow(QMainWindow):
         if cid == self.conversation_id and self.generating:
             self.stop()
         self.store.delete_conversation(cid)
+        if self.knowledge is not None:
+            self.knowledge.forget(cid)  # its attachments' passages go with it
         if cid == self.conversation_id:
             self.conversation_id = None
             self.chat_view.clear()
@@ -909,6 +972,10 @@ class MainWindow(QMainWindow):
 
     def _start_generation(self) -> None:
         messages = self._history_messages()
+        base_ids = self.knowledge.base_ids(self.conversation_id) if self.knowledge is not None else []
+        if base_ids and messages and messages[-1]["role"] == "user":
+            self._start_grounded(messages, base_ids)
+            return
         reply = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)
         self.store.set_conversation_model(self.conversation_id, model_name(self.model_path))
         self._saver = StreamingMessageSaver(self.store, reply.id)
@@ -923,6 +990,68 @@ class MainWindow(QMainWindow):
         self._update_state()
         self.host.requestGenerate.emit(self._request_id, messages, generation_settings(self.sampling()), self._cancel,
                                        started_at)
+
+    def _start_grounded(self, messages: list[dict[str, str]], base_ids: list[int]) -> None:
+        """Answer the last question from the chat's documents: the worker finds the passages, fits as
+        many as the context allows beside the conversation, tells which (``grounded``), then streams
+        the reply as usual. The stored question stays the user's text, not the prompt with passages."""
+        question = messages[-1]["content"]
+        self._grounded_question = question
+        reply = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)
+        self.store.set_conversation_model(self.conversation_id, model_name(self.model_path))
+        self._saver = StreamingMessageSaver(self.store, reply.id)
+        self._reply_widget = self.chat_view.add_message(reply.id, "assistant")
+        self._reply_widget.set_status(self.tr("searching the documents…"))
+        self._request_id = self.host.next_request_id()
+        self._cancel = CancelToken()
+        self.clear_banner()
+        if self.knowledge is not None and self.knowledge.indexing():
+            self.show_notice(self.tr("Still indexing: this answer uses the documents indexed so far."))
+        started_at = self._t_send or time.perf_counter()
+        self._t_send = 0.0
+        self.gauges.generation_started(started_at)
+        self._update_state()
+        sampling = self.sampling()
+        ctx = int(self.model_info.get("context_length") or 0)
+        # room kept for the answer: the "Max new tokens" setting, else a quarter of the context (≤ 1,024)
+        answer_tokens = int(sampling.max_new_tokens or min(1024, ctx // 4))
+        self.host.requestGrounded.emit(self._request_id, self.knowledge.retriever(base_ids, question),
+                                       messages[:-1], question, generation_settings(sampling), self._cancel,
+                                       started_at, answer_tokens)
+
+    def _on_grounded(self, request_id: int, prompt: Any) -> None:
+        """The passages are chosen: store them with the reply and show them under it (before it streams)."""
+        if request_id != self._request_id or self._saver is None:
+            return
+        sources = prompt.sources_json(self._grounded_question)
+        self.store.update_message(self._saver.message_id, sources=sources)
+        widget = self._live_reply_widget()
+        if widget is not None:
+            widget.set_sources(sources)
+            widget.set_status(self.tr("generating…"))
+        if prompt.note:
+            self.show_notice(prompt.note)
+
+    def open_source(self, message_id: int, index: int) -> None:
+        """A citation [n] or a Sources entry was clicked: show its passage (and whether the file changed)."""
+        from app.passage_dialog import PassageDialog, resolve_source
+
+        m = self.store.message(message_id)
+        if m is None or not 0 <= index < len(m.sources):
+            return
+        k = self.knowledge
+        view = resolve_source(m.sources[index], k.store if k is not None else None,
+                              k.store.bases_for_conversation(m.conversation_id) if k is not None else None)
+        if self.passage_dialog is not None:
+            self.passage_dialog.close()
+        dlg = self.passage_dialog = PassageDialog(view, self)
+        dlg.finished.connect(lambda _r, d=dlg: self._passage_dialog_closed(d))
+        dlg.show()
+
+    def _passage_dialog_closed(self, dlg: Any) -> None:
+        if self.passage_dialog is dlg:
+            self.passage_dialog = None
+        dlg.deleteLater()
 
     def stop(self) -> None:
         """Esc / Stop: the engine stops within one token; the DoneEvent still arrives."""
@@ -984,6 +1113,7 @@ class MainWindow(QMainWindow):
 
     def _end_generation(self) -> None:
         self._cancel = None
+        self._grounded_question = ""
         self._saver = None
         self._reply_widget = None
         self.refresh_conversations()
@@ -1044,10 +1174,88 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ documents
     def attach_document(self) -> None:
+        """Attach… > Ask questions about documents: pick files to attach to this chat."""
+        paths, _ = QFileDialog.getOpenFileNames(self, self.tr("Attach documents to this chat"), str(Path.home()),
+                                                self.tr("Documents and source code (*)"))
+        if paths:
+            self.attach_paths(paths)
+
+    def attach_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, self.tr("Attach a folder to this chat"), str(Path.home()))
+        if path:
+            self.attach_paths([path])
+
+    def summarize_document(self) -> None:
+        """Attach… > Summarize a document."""
         path, _ = QFileDialog.getOpenFileName(self, self.tr("Summarize a document"), str(Path.home()),
                                               self.tr("Documents (*.txt *.md *.pdf *.docx *.html *.htm)"))
         if path:
             self.summarize_file(path)
+
+    def attach_paths(self, paths: list[str]) -> bool:
+        """Attach files or folders to the open chat (a new chat if none) and index them in the background;
+        the following questions in this chat are answered from them, with citations."""
+        if self.knowledge is None or not paths:
+            return False
+        if self.conversation_id is None:
+            # titled by the (first) file: language-neutral, like a summary's chat
+            c = self.store.create_conversation(Path(paths[0]).name, model=model_name(self.model_path))
+            self.conversation_id = c.id
+            self.refresh_conversations()
+            self.open_conversation(c.id)
+        else:
+            conv = self.store.conversation(self.conversation_id)
+            if conv and is_default_title(conv.title) and not self.store.messages(self.conversation_id):
+                self.store.rename_conversation(self.conversation_id, Path(paths[0]).name)
+                self.refresh_conversations()
+        started = self.knowledge.attach(self.conversation_id, [Path(p) for p in paths])
+        self._update_state()
+        if started:
+            self.input.setFocus()
+        return started
+
+    def choose_knowledge_bases(self) -> None:
+        """The attachments bar's Knowledge bases…: choose which named bases this chat answers from."""
+        if self.knowledge is None:
+            return
+        if self.conversation_id is None:
+            self.new_conversation()
+        from app.knowledge_dialog import ChooseBasesDialog
+
+        dlg = self.bases_dialog = ChooseBasesDialog(self.knowledge.store, self.conversation_id, self)
+        dlg.exec()
+        self.bases_dialog = None
+        self.knowledge.refresh()
+
+    def open_knowledge_bases(self) -> None:
+        """Documents > Knowledge bases…: create, fill, update and delete named knowledge bases."""
+        if self.knowledge is None:
+            return
+        if self.knowledge.runner is None:
+            self.show_error(self.tr("Knowledge bases cannot be used in this session: %1")
+                            .replace("%1", self.knowledge.problem))
+            return
+        from app.knowledge_dialog import KnowledgeBasesDialog
+
+        dlg = self.knowledge_dialog = KnowledgeBasesDialog(self.knowledge.store, self.knowledge.runner, self)
+        dlg.exec()
+        self.knowledge_dialog = None
+        self.knowledge.refresh()
+
+    def _knowledge_message(self, text: str, is_error: bool) -> None:
+        if is_error:
+            self.show_error(text)
+        else:
+            self.show_notice(text)
+
+    def _chain_attachments_bar(self) -> None:
+        """Tab order: Attach, then the bar's × buttons and Knowledge bases…, then the input (the bar's
+        widgets are rebuilt whenever the attachments change)."""
+        previous: QWidget = self.attach_button
+        for widget in self.attachments_bar.focus_chain():
+            QWidget.setTabOrder(previous, widget)
+            previous = widget
+        QWidget.setTabOrder(previous, self.input)
 
     def summarize_file(self, path: str) -> None:
         if self.loading and not self.model_info:
@@ -1270,7 +1478,51 @@ class MainWindow(QMainWindow):
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
         if paths:
             event.acceptProposedAction()
-            self.handle_dropped(paths[0])
+            QTimer.singleShot(0, lambda: self.drop_paths(paths))  # the menu opens after the drag has ended
+
+    def drop_paths(self, paths: list[str]) -> None:
+        """Files dropped on the window: a model is imported; documents and folders get a menu —
+        "Ask questions about it (attach to this chat)" (the default, highlighted) or "Summarize it".
+
+        Called after the drop event has returned: a menu inside ``dropEvent`` would keep the file
+        manager that started the drag waiting until it is answered."""
+        try:
+            self._drop_paths(paths)
+        finally:
+            self.dropHandled.emit()
+
+    def _drop_paths(self, paths: list[str]) -> None:
+        first = Path(paths[0])
+        if len(paths) == 1 and (first.suffix.lower() in MODEL_SUFFIXES or (first / "config.json").is_file()):
+            self.import_model(paths[0])
+            return
+        usable = [p for p in paths if Path(p).is_dir() or documents.is_indexable(p)]
+        if not usable:
+            self.handle_dropped(paths[0])  # the message that says what can be dropped
+            return
+        single_doc = len(usable) == 1 and Path(usable[0]).is_file() and documents.is_supported(Path(usable[0]))
+        menu = self.drop_menu = QMenu(self)
+        names = ", ".join(Path(p).name for p in usable[:3]) + ("…" if len(usable) > 3 else "")
+        header = menu.addAction(names)
+        header.setEnabled(False)
+        ask = menu.addAction(self.tr("Ask questions about it (attach to this chat)") if len(usable) == 1 else
+                             self.tr("Ask questions about them (attach to this chat)"))
+        summarize = menu.addAction(self.tr("Summarize it")) if single_doc else None
+        if summarize is not None and not self.model_info and not self.loading:
+            summarize.setEnabled(False)
+        menu.setDefaultAction(ask)
+        menu.setActiveAction(ask)  # Enter picks it
+        chosen: list[str] = []
+        ask.triggered.connect(lambda: chosen.append("ask"))
+        if summarize is not None:
+            summarize.triggered.connect(lambda: chosen.append("summarize"))
+        menu.exec(QCursor.pos())
+        self.drop_menu = None
+        menu.deleteLater()
+        if chosen == ["ask"]:
+            self.attach_paths(usable)
+        elif chosen == ["summarize"]:
+            self.summarize_file(usable[0])
 
     def handle_dropped(self, path: str) -> None:
         p = Path(path)
@@ -1279,8 +1531,9 @@ class MainWindow(QMainWindow):
         elif documents.is_supported(p):
             self.summarize_file(path)
         else:
-            self.show_error(self.tr("%1: drop a document (.txt, .md, .pdf, .docx, .html) to summarize it, or a model "
-                                    "(.gguf, .ternary, folder) to import it.").replace("%1", p.name))
+            self.show_error(self.tr("%1: drop a document (.txt, .md, .pdf, .docx, .html, source code) or a folder to "
+                                    "ask questions about it or summarize it, or a model (.gguf, .ternary, folder) "
+                                    "to import it.").replace("%1", p.name))
 
     # ------------------------------------------------------------------ dialogs
     def open_settings(self) -> None:
@@ -1318,6 +1571,8 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ shutdown
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
         self.stop()
+        if self.knowledge is not None:
+            self.knowledge.shutdown()  # indexing stops at the next file; what finished stays indexed
         if self._load_cancel is not None:
             self._load_cancel.cancel()
         if self._saver is not None:

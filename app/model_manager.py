@@ -38,6 +38,11 @@ from app.worker import readable_error
 log = logging.getLogger(__name__)
 
 
+def _chat_models(models: list[Any]) -> list[Any]:
+    """Catalog models a chat can load (test doubles without a ``role`` are chat models)."""
+    return [m for m in models if getattr(m, "role", "chat") == "chat"]
+
+
 def format_eta(seconds: float | None) -> str:
     if seconds is None or seconds < 0:
         return "–"
@@ -315,7 +320,8 @@ class ModelManagerDialog(QDialog):
                 installed[item.filename] = item
         except Exception as exc:  # noqa: BLE001
             log.warning("store unreadable: %s", exc)
-        rec = recommend(self.catalog.models, self.hardware) if self.catalog else None
+        # embedding models serve document search only: listed, downloadable, never recommended or loaded for chat
+        rec = recommend(_chat_models(self.catalog.models), self.hardware) if self.catalog else None
         seen = set()
         if self.catalog:
             for m in self.catalog.models:
@@ -326,10 +332,13 @@ class ModelManagerDialog(QDialog):
                         continue
                     item = installed.get(f.file)
                     seen.add(f.file)
+                    embedding = getattr(m, "role", "chat") == "embedding"
                     out.append({"key": (m.id, f.file), "model": m, "file": f, "installed": item,
                                 "recommended": rec is not None and rec[0] is m and rec[1] is f,
                                 "size": f.size or f.approx_size, "fit": fit(f, self.hardware),
-                                "name": m.name, "variant": f.variant})
+                                "name": m.name, "embedding": embedding,
+                                "variant": self.tr("Embedding model (for document search)") if embedding
+                                else f.variant})
         for name, item in installed.items():
             if name not in seen:
                 out.append({"key": ("store", name), "model": None, "file": None, "installed": item,
@@ -408,7 +417,10 @@ class ModelManagerDialog(QDialog):
         self.cancel_button.setEnabled(busy or bool(paused))
         loadable = row is not None and ((row["installed"] is not None and row["installed"].state == "verified")
                                         or (row.get("local") and Path(row["local"]).exists()))
-        self.use_button.setEnabled(bool(loadable) and not busy)
+        embedding = row is not None and row.get("embedding", False)
+        self.use_button.setEnabled(bool(loadable) and not busy and not embedding)
+        self.use_button.setToolTip(self.tr("An embedding model is used by document search, not for chat")
+                                   if embedding else self.tr("Load the selected model and chat"))
         self.delete_button.setEnabled(row is not None and (row["installed"] is not None or bool(row.get("local")))
                                       and not (busy and row["key"] == self.job_row_key))
 
@@ -524,7 +536,7 @@ class ModelManagerDialog(QDialog):
     # ------------------------------------------------------------------ local models
     def use_selected(self) -> None:
         row = self.selected_row()
-        if row is None:
+        if row is None or row.get("embedding"):
             return
         path = str(row["installed"].path) if row["installed"] is not None else row.get("local")
         if path and self.window is not None:

@@ -161,7 +161,8 @@ class WelcomePage(QWidget):
 
             if self.catalog is None:
                 self.catalog = Catalog.load()
-            models = self.catalog.models
+            # embedding models (document search) are never the model to chat with
+            models = [m for m in self.catalog.models if getattr(m, "role", "chat") == "chat"]
         except Exception as exc:  # noqa: BLE001
             self.recommend_label.setText(self.tr("The model catalog could not be read: %1").replace("%1", str(exc)))
             return

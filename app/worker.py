@@ -114,6 +114,7 @@ class EngineWorker(QObject):
     summaryTokens = Signal(int, list)  # request id, [text, ...] of the running generation
     summaryDone = Signal(int, object)  # request id, SummaryResult (also cancelled or stopped by an error)
     summaryFailed = Signal(int, object)  # request id, SummaryError or app.errors.UserError: could not start
+    grounded = Signal(int, object)  # request id, app.knowledge.answer.GroundedPrompt (before the reply streams)
 
     def __init__(self, loader: Callable[..., Any] = load_engine) -> None:
         super().__init__()
@@ -208,6 +209,32 @@ class EngineWorker(QObject):
                                         "stats": as_dict(done.stats)})
         self._emit_memory(force=True)
 
+    @Slot(int, object, object, str, object, object, float, int)
+    def generate_grounded(self, request_id: int, retrieve: object, conversation: object, question: str,
+                          settings: object, cancel: object, started_at: float = 0.0, answer_tokens: int = 0) -> None:
+        """Answer ``question`` from documents: ``retrieve()`` finds the passages (on this thread, so the
+        GUI stays responsive), the engine's own token count decides which fit beside ``conversation``
+        (earlier turns) and an ``answer_tokens`` reply; :attr:`grounded` tells the GUI which passages
+        were used and left out, then the reply streams exactly as from :meth:`generate`."""
+        from app.knowledge.answer import build_grounded_prompt
+
+        if self.engine is None:
+            self.failed.emit(request_id, simple_error("no_model"))
+            return
+        try:
+            hits = retrieve()  # type: ignore[operator]
+            context = int(as_dict(getattr(self.engine, "info", None)).get("context_length") or 0)
+            prompt = build_grounded_prompt(
+                list(conversation), question, hits,  # type: ignore[call-overload]
+                count_tokens=lambda msgs: int(self.engine.count_tokens(msgs, settings)),
+                context_length=context, answer_tokens=max(0, min(answer_tokens, context // 2)))
+        except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
+            log.warning("finding the sources failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
+            self.failed.emit(request_id, describe(exc))
+            return
+        self.grounded.emit(request_id, prompt)
+        self.generate(request_id, prompt.messages, settings, cancel, started_at)
+
     # -- summarization -------------------------------------------------------------------------
     @Slot(int, str, str, object, object, int)
     def summarize(self, request_id: int, text: str, name: str, settings: object, cancel: object,
@@ -296,6 +323,7 @@ class WorkerHost(QObject):
     requestUnload = Signal()
     requestGenerate = Signal(int, object, object, object, float)
     requestSummarize = Signal(int, str, str, object, object, int)
+    requestGrounded = Signal(int, object, object, str, object, object, float, int)
     requestMemory = Signal()
     requestShutdown = Signal()
 
@@ -309,6 +337,7 @@ class WorkerHost(QObject):
         self.requestUnload.connect(self.worker.unload)
         self.requestGenerate.connect(self.worker.generate)
         self.requestSummarize.connect(self.worker.summarize)
+        self.requestGrounded.connect(self.worker.generate_grounded)
         self.requestMemory.connect(self.worker.poll_memory)
         self.requestShutdown.connect(self.worker.shutdown)
         self.thread.start()

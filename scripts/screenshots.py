@@ -116,6 +116,7 @@ def warm_up(app, w, settings, model_path: str, lengths) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    ap.add_argument("--only", choices=("documents",), help="render only these screenshots (09, 10)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,6 +138,9 @@ def main() -> int:
     from app.main_window import MainWindow, model_key
     from app.settings_model import AppSettings, SamplingSettings
     from tests.model_factory import tiny_model_files
+
+    if args.only == "documents":
+        return documents_shots(app, home, out)
 
     _cfg, _m, _t, folder = tiny_model_files(home / "tiny")
     model_path = str(shutil.move(str(folder), str(home / "tiny-random-test-model")))
@@ -221,7 +225,75 @@ def main() -> int:
     w.close()
     for tr in app.findChildren(QTranslator):
         app.removeTranslator(tr)
+    install_translation(app, "en")
+    apply_theme("light", app)
     QApplication.processEvents()
+    return documents_shots(app, home, out)
+
+
+KB_QUESTION = "What is the harbour gate code?"
+
+
+def documents_shots(app, home: Path, out: Path) -> int:
+    """09: a question answered from attached documents, with its numbered sources; 10: a source's passage.
+
+    The documents are attached through the app (indexed by the real indexer, retrieved by FTS5) and
+    the answer is the tiny model's real output; its model has 4,096 positions (the 512 of the other
+    shots hold no passage beside the instructions)."""
+    import dataclasses
+    import shutil
+
+    import app.main_window as mw
+    from app.main_window import MainWindow, model_key
+    from app.settings_model import AppSettings, SamplingSettings
+    from tests.gui.test_gui_knowledge_chat import pages_pdf
+    from tests.model_factory import tiny_model_files
+
+    folder = tiny_model_files(home / "tiny-kb", max_position_embeddings=4096)[3]
+    model_path = str(shutil.move(str(folder), str(home / "tiny-random-test-model-4k")))
+    docs = home / "harbour"
+    docs.mkdir()
+    (docs / "harbour notes.md").write_text(
+        "# Harbour\n\n## Boats\n\nThe ferry leaves at nine and returns at noon.\n\n## Gates\n\n"
+        "Two gates lead to the quay. The harbour gate code is PELICAN-42 and it changes every spring. "
+        "Visitors sign in at the office before they go through.\n\n## Weather\n\n"
+        "Fog is common in the morning; the harbour master posts warnings at the gate.\n", encoding="utf-8")
+    pages_pdf(docs / "keeper manual.pdf", [["Chapter one: the lighthouse lamp is checked at dusk."],
+                                          ["Chapter two: the keeper logs the tides and the gate code changes."],
+                                          ["Chapter three: the fog horn sounds every thirty seconds."]])
+    settings = AppSettings()
+    settings.hardware.device = "cpu"
+    settings.hardware.context_length = 720  # small enough that one passage does not fit: "Left out" shows
+    settings.local_models = [model_path]
+    settings.set_sampling(model_key(model_path), SamplingSettings(max_new_tokens=40, seed=2))
+    w = MainWindow(settings=settings, autoload=False)
+    w.resize(1280, 800)
+    w.show()
+    w.load_model(model_path)
+    _wait(app, lambda: bool(w.model_info))
+    reports: list = []
+    w.knowledge.indexingFinished.connect(reports.append)
+    w.attach_paths([str(docs / "harbour notes.md"), str(docs / "keeper manual.pdf")])
+    _wait(app, lambda: bool(reports))
+    original = mw.generation_settings
+    mw.generation_settings = lambda s: dataclasses.replace(original(s), ignore_eos=True)  # a full-length reply
+    done: list[int] = []
+    w.generationFinished.connect(done.append)
+    try:
+        w.send(KB_QUESTION)
+        _wait(app, lambda: bool(done))
+    finally:
+        mw.generation_settings = original
+    w.close_banner()
+    _wait(app, lambda: True)
+    _save(w, out / "09-documents-cited-answer.png")
+    reply = w.chat_view.widgets[-1]
+    gate = next(i for i, s in enumerate(reply.sources) if "Gates" in s["location"])
+    w.open_source(reply.message_id, gate)  # what clicking the source's [n] does
+    _wait(app, lambda: w.passage_dialog is not None and w.passage_dialog.isVisible())
+    _save(w, out / "10-passage-dialog.png", overlay=w.passage_dialog)
+    w.passage_dialog.close()
+    w.close()
     return 0
 
 

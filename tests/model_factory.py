@@ -359,3 +359,87 @@ def row_layout(monkeypatch: Any, module: Any, fuse_rows: bool = True):
     with monkeypatch.context() as mp:
         mp.setattr(module, "linear_factory", factory)
         yield
+
+
+# ---- embedding models (shaped like Qwen3-Embedding) -------------------------------------------
+
+EMBEDDING_POOLING_CONFIG = {"word_embedding_dimension": 256, "pooling_mode_cls_token": False,
+                            "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+                            "pooling_mode_lasttoken": True, "include_prompt": True}
+
+
+def embedding_tokenizer():
+    """``tiny_tokenizer()`` whose post-processor appends ``<|endoftext|>`` to every input, as
+    Qwen3-Embedding's ``tokenizer.json`` does (so transformers' tokenizer adds it by itself)."""
+    from tokenizers import processors
+
+    tok = tiny_tokenizer()
+    eot = "<|endoftext|>"
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+        processors.TemplateProcessing(single=f"$A:0 {eot}:0", pair=f"$A:0 {eot}:0 $B:1 {eot}:1",
+                                      special_tokens=[(eot, TOKEN_IDS[eot])]),
+    ])
+    return tok
+
+
+def make_dense_hf_model(cfg, seed: int = 0, dtype: torch.dtype = torch.float32):
+    """A ``Qwen3ForCausalLM`` with random DENSE weights (nothing ternary about them): matrices
+    ``N(0, 1/cols)`` (embedding ``N(0, 1)``), norms random near 1."""
+    from transformers import Qwen3ForCausalLM
+
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        seen: set[int] = set()
+        for name, p in model.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            if p.ndim == 2:
+                scale = 1.0 if "embed" in name else 1.0 / p.shape[1] ** 0.5
+                p.copy_(torch.randn(p.shape, generator=gen) * scale)
+            else:
+                p.copy_(1.0 + 0.2 * (torch.rand(p.shape, generator=gen) - 0.5))
+    return model.to(dtype)
+
+
+def write_embedding_hf_folder(model, tokenizer, path: str | Path, *, pooling: dict[str, Any] | None = None,
+                              dtype: torch.dtype | None = None) -> Path:
+    """Save like ``Qwen/Qwen3-Embedding-0.6B``: the bare base model (tensor names WITHOUT the
+    ``model.`` prefix, no lm_head), tokenizer files without a chat template (left padding), and a
+    sentence-transformers ``1_Pooling/config.json`` (``pooling`` replaces the last-token one).
+    ``dtype`` stores the weights in that dtype (e.g. ``torch.bfloat16`` like the real repo)."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    base = model.model
+    if dtype is not None:
+        import copy
+
+        base = copy.deepcopy(base).to(dtype)
+    base.save_pretrained(path, safe_serialization=True)
+    PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None,
+        unk_token=None, model_max_length=32768, padding_side="left", clean_up_tokenization_spaces=False,
+    ).save_pretrained(path)
+    for extra in ("chat_template.jinja",):
+        (path / extra).unlink(missing_ok=True)
+    (path / "1_Pooling").mkdir(exist_ok=True)
+    (path / "1_Pooling" / "config.json").write_text(json.dumps(pooling or EMBEDDING_POOLING_CONFIG),
+                                                      encoding="utf-8")
+    return path
+
+
+def dense_model_data(model, tokenizer=None):
+    """ModelData of a transformers model with every float weight kept dense (no ternary recovery)."""
+    from runtime.formats import hf
+
+    config_dict = json.loads(model.config.to_json_string())
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    return hf.model_data_from_state_dict(
+        config_dict, state, keep_dense=True, tokenizer_json=tokenizer.to_str() if tokenizer is not None else None,
+        tokenizer_config={"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "add_bos_token": False},
+    )

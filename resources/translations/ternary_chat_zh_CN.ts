@@ -57,10 +57,126 @@
         </message>
     </context>
     <context>
+        <name>AttachmentsBar</name>
+        <message>
+            <source>Answers from:</source>
+            <translation>回答依据：</translation>
+        </message>
+        <message>
+            <source>No documents attached</source>
+            <translation>未附加文档</translation>
+        </message>
+        <message>
+            <source>Knowledge bases…</source>
+            <translation>知识库…</translation>
+        </message>
+        <message>
+            <source>Choose the knowledge bases this chat answers from</source>
+            <translation>选择此对话用于回答的知识库</translation>
+        </message>
+        <message>
+            <source>Cancel</source>
+            <translation>取消</translation>
+        </message>
+        <message>
+            <source>Cancel indexing</source>
+            <translation>取消建立索引</translation>
+        </message>
+        <message>
+            <source>Indexing progress</source>
+            <translation>索引进度</translation>
+        </message>
+    </context>
+    <context>
+        <name>ChatKnowledge</name>
+        <message>
+            <source>%1 files indexed</source>
+            <translation>已索引 %1 个文件</translation>
+        </message>
+        <message>
+            <source>Knowledge base %1</source>
+            <translation>知识库 %1</translation>
+        </message>
+        <message>
+            <source>Documents cannot be attached in this session: %1</source>
+            <translation>本次运行无法附加文档：%1</translation>
+        </message>
+        <message>
+            <source>the knowledge store is not available</source>
+            <translation>知识库存储不可用</translation>
+        </message>
+        <message>
+            <source>Indexing the attached documents…</source>
+            <translation>正在为附加的文档建立索引…</translation>
+        </message>
+        <message>
+            <source>Computing search vectors (%1 of %2 passages)…</source>
+            <translation>正在计算检索向量（%1 / %2 个段落）…</translation>
+        </message>
+        <message>
+            <source>Indexing %1 (%2 of %3 files, %4 passages)…</source>
+            <translation>正在索引 %1（%2 / %3 个文件，%4 个段落）…</translation>
+        </message>
+        <message>
+            <source>Indexing was cancelled: the files indexed before it stay attached and are searched; the others are not.</source>
+            <translation>已取消建立索引：此前已索引的文件仍然附加并可检索，其余文件不会被检索。</translation>
+        </message>
+        <message>
+            <source>Some files could not be indexed (the others were):</source>
+            <translation>部分文件无法索引（其余文件已索引）：</translation>
+        </message>
+        <message>
+            <source>Attached: %1 passages indexed. Ask a question about the documents.</source>
+            <translation>已附加：索引了 %1 个段落。可以就这些文档提问了。</translation>
+        </message>
+        <message>
+            <source>Indexing failed: %1</source>
+            <translation>建立索引失败：%1</translation>
+        </message>
+    </context>
+    <context>
         <name>ChatView</name>
         <message>
             <source>Conversation</source>
             <translation>对话</translation>
+        </message>
+    </context>
+    <context>
+        <name>Chip</name>
+        <message>
+            <source>Stop using the knowledge base %1 in this chat</source>
+            <translation>此对话不再使用知识库 %1</translation>
+        </message>
+        <message>
+            <source>Remove %1 from this chat</source>
+            <translation>从此对话移除 %1</translation>
+        </message>
+    </context>
+    <context>
+        <name>ChooseBasesDialog</name>
+        <message>
+            <source>Knowledge bases for this chat</source>
+            <translation>此对话使用的知识库</translation>
+        </message>
+        <message>
+            <source>Choose knowledge bases for this chat</source>
+            <translation>为此对话选择知识库</translation>
+        </message>
+        <message>
+            <source>Questions in this chat are answered from the ticked knowledge bases, with citations. Files attached to the chat are always used.</source>
+            <translation>此对话中的问题将根据勾选的知识库回答，并附上引用。附加到对话的文件始终会被使用。</translation>
+        </message>
+        <message>
+            <source>Knowledge bases to use</source>
+            <translation>要使用的知识库</translation>
+        </message>
+        <message>
+            <source>%1 (%2 files, %3 passages)</source>
+            <translation>%1（%2 个文件，%3 个段落）</translation>
+        </message>
+        <message>
+            <source>No knowledge bases yet. Create one in Knowledge bases…</source>
+            <translation>还没有知识库。请在“知识库…”中创建。</translation>
         </message>
     </context>
     <context>
@@ -376,6 +492,320 @@
         </message>
     </context>
     <context>
+        <name>IndexRunner</name>
+        <message>
+            <source>Cancelled before it started.</source>
+            <translation>在开始前已取消。</translation>
+        </message>
+    </context>
+    <context>
+        <name>KnowledgeBasesDialog</name>
+        <message>
+            <source>%1 disappeared while it was being indexed.</source>
+            <translation>%1 在索引过程中消失了。</translation>
+        </message>
+        <message>
+            <source>%1 added, %2 unchanged, %3 updated, %4 removed · %5 passages · %6 s</source>
+            <translation>新增 %1，未变 %2，更新 %3，移除 %4 · %5 个段落 · %6 秒</translation>
+        </message>
+        <message>
+            <source>Could not index %1 of the files; the list says why.</source>
+            <translation>有 %1 个文件无法索引；原因见列表。</translation>
+        </message>
+        <message>
+            <source>%1 files in the folders are of types that are not indexed (for example %2).</source>
+            <translation>文件夹中有 %1 个文件的类型不会被索引（例如 %2）。</translation>
+        </message>
+        <message>
+            <source>Cancelled; the files indexed so far are kept.</source>
+            <translation>已取消；已索引的文件会保留。</translation>
+        </message>
+        <message>
+            <source>Knowledge bases</source>
+            <translation>知识库</translation>
+        </message>
+        <message>
+            <source>Search method</source>
+            <translation>搜索方式</translation>
+        </message>
+        <message>
+            <source>Name</source>
+            <translation>名称</translation>
+        </message>
+        <message>
+            <source>Files</source>
+            <translation>文件</translation>
+        </message>
+        <message>
+            <source>Passages</source>
+            <translation>段落</translation>
+        </message>
+        <message>
+            <source>Problems</source>
+            <translation>问题</translation>
+        </message>
+        <message>
+            <source>Search</source>
+            <translation>搜索</translation>
+        </message>
+        <message>
+            <source>Columns</source>
+            <translation>列</translation>
+        </message>
+        <message>
+            <source>New…</source>
+            <translation>新建…</translation>
+        </message>
+        <message>
+            <source>New knowledge base</source>
+            <translation>新建知识库</translation>
+        </message>
+        <message>
+            <source>Rename…</source>
+            <translation>重命名…</translation>
+        </message>
+        <message>
+            <source>Rename the knowledge base</source>
+            <translation>重命名知识库</translation>
+        </message>
+        <message>
+            <source>Delete</source>
+            <translation>删除</translation>
+        </message>
+        <message>
+            <source>Delete the knowledge base (files on disk stay)</source>
+            <translation>删除知识库（磁盘上的文件保留）</translation>
+        </message>
+        <message>
+            <source>Selected knowledge base</source>
+            <translation>所选知识库</translation>
+        </message>
+        <message>
+            <source>Files and folders of the knowledge base</source>
+            <translation>知识库的文件和文件夹</translation>
+        </message>
+        <message>
+            <source>File</source>
+            <translation>文件</translation>
+        </message>
+        <message>
+            <source>Status</source>
+            <translation>状态</translation>
+        </message>
+        <message>
+            <source>Files that could not be indexed, and why</source>
+            <translation>无法索引的文件及原因</translation>
+        </message>
+        <message>
+            <source>Add files…</source>
+            <translation>添加文件…</translation>
+        </message>
+        <message>
+            <source>Add files to the knowledge base</source>
+            <translation>向知识库添加文件</translation>
+        </message>
+        <message>
+            <source>Add folder…</source>
+            <translation>添加文件夹…</translation>
+        </message>
+        <message>
+            <source>Add a folder to the knowledge base</source>
+            <translation>向知识库添加文件夹</translation>
+        </message>
+        <message>
+            <source>Remove</source>
+            <translation>移除</translation>
+        </message>
+        <message>
+            <source>Remove the selected file or folder from the knowledge base</source>
+            <translation>从知识库中移除所选文件或文件夹</translation>
+        </message>
+        <message>
+            <source>Removes it and its passages from the index; the file on disk stays.</source>
+            <translation>从索引中移除它及其段落；磁盘上的文件保留。</translation>
+        </message>
+        <message>
+            <source>Re-index</source>
+            <translation>重新索引</translation>
+        </message>
+        <message>
+            <source>Re-index the knowledge base (only what changed)</source>
+            <translation>重新索引知识库（只处理有变化的部分）</translation>
+        </message>
+        <message>
+            <source>Last indexing result</source>
+            <translation>上次索引结果</translation>
+        </message>
+        <message>
+            <source>Indexing status</source>
+            <translation>索引状态</translation>
+        </message>
+        <message>
+            <source>Indexing progress</source>
+            <translation>索引进度</translation>
+        </message>
+        <message>
+            <source>Cancel indexing</source>
+            <translation>取消建立索引</translation>
+        </message>
+        <message>
+            <source>Cancel indexing (the files done are kept)</source>
+            <translation>取消索引（已完成的文件会保留）</translation>
+        </message>
+        <message>
+            <source>Message</source>
+            <translation>提示</translation>
+        </message>
+        <message>
+            <source>Passages are found by their words (full-text search) and by meaning with the embedding model %1.</source>
+            <translation>通过关键词（全文搜索）以及嵌入模型 %1 的语义来查找段落。</translation>
+        </message>
+        <message>
+            <source>Full-text search only — install Qwen3-Embedding-0.6B from Models… for better matches.</source>
+            <translation>仅全文搜索——在“模型…”中安装 Qwen3-Embedding-0.6B 可获得更好的匹配。</translation>
+        </message>
+        <message>
+            <source>Words + meaning (%1)</source>
+            <translation>关键词 + 语义（%1）</translation>
+        </message>
+        <message>
+            <source>Words</source>
+            <translation>关键词</translation>
+        </message>
+        <message>
+            <source>indexed</source>
+            <translation>已索引</translation>
+        </message>
+        <message>
+            <source>not indexed (see why below)</source>
+            <translation>未索引（原因见下方）</translation>
+        </message>
+        <message>
+            <source>pending</source>
+            <translation>待索引</translation>
+        </message>
+        <message>
+            <source>No knowledge base yet: press New… to create one.</source>
+            <translation>还没有知识库：点击“新建…”创建一个。</translation>
+        </message>
+        <message>
+            <source>%1: %2 files, %3 passages.</source>
+            <translation>%1：%2 个文件，%3 个段落。</translation>
+        </message>
+        <message>
+            <source>Vectors from %1.</source>
+            <translation>向量来自 %1。</translation>
+        </message>
+        <message>
+            <source>No vectors: found by words only.</source>
+            <translation>无向量：仅按关键词查找。</translation>
+        </message>
+        <message>
+            <source>%1 files wait to be indexed.</source>
+            <translation>%1 个文件等待索引。</translation>
+        </message>
+        <message>
+            <source>folder: %1 files, %2 with problems</source>
+            <translation>文件夹：%1 个文件，%2 个有问题</translation>
+        </message>
+        <message>
+            <source>A knowledge base named “%1” already exists.</source>
+            <translation>名为“%1”的知识库已存在。</translation>
+        </message>
+        <message>
+            <source>A knowledge base needs a name.</source>
+            <translation>知识库需要一个名称。</translation>
+        </message>
+        <message>
+            <source>A knowledge base name can be at most 200 characters.</source>
+            <translation>知识库名称最多 200 个字符。</translation>
+        </message>
+        <message>
+            <source>Name:</source>
+            <translation>名称：</translation>
+        </message>
+        <message>
+            <source>Created “%1”. Add files or a folder to it.</source>
+            <translation>已创建“%1”。请向其中添加文件或文件夹。</translation>
+        </message>
+        <message>
+            <source>Rename knowledge base</source>
+            <translation>重命名知识库</translation>
+        </message>
+        <message>
+            <source>New name:</source>
+            <translation>新名称：</translation>
+        </message>
+        <message>
+            <source>Renamed “%1” to “%2”.</source>
+            <translation>已将“%1”重命名为“%2”。</translation>
+        </message>
+        <message>
+            <source>Delete knowledge base</source>
+            <translation>删除知识库</translation>
+        </message>
+        <message>
+            <source>Delete the knowledge base “%1” and its index? The files on disk are not touched.</source>
+            <translation>删除知识库“%1”及其索引？磁盘上的文件不会受影响。</translation>
+        </message>
+        <message>
+            <source>Deleted “%1”; its files on disk are unchanged.</source>
+            <translation>已删除“%1”；磁盘上的文件未改变。</translation>
+        </message>
+        <message>
+            <source>Add files</source>
+            <translation>添加文件</translation>
+        </message>
+        <message>
+            <source>Documents and source code (*.txt *.md *.pdf *.docx *.html *.htm *.py *.c *.h *.cpp *.js *.ts *.java *.go *.rs *.rb *.sh *.toml *.yaml *.yml *.json *.css);;All files (*)</source>
+            <translation>文档和源代码 (*.txt *.md *.pdf *.docx *.html *.htm *.py *.c *.h *.cpp *.js *.ts *.java *.go *.rs *.rb *.sh *.toml *.yaml *.yml *.json *.css);;所有文件 (*)</translation>
+        </message>
+        <message>
+            <source>Add a folder</source>
+            <translation>添加文件夹</translation>
+        </message>
+        <message>
+            <source>Removed %1 from the index; the file on disk is unchanged.</source>
+            <translation>已从索引中移除 %1；磁盘上的文件未改变。</translation>
+        </message>
+        <message>
+            <source>Cancelling after the current file…</source>
+            <translation>当前文件完成后取消…</translation>
+        </message>
+        <message>
+            <source>the chat's attachments</source>
+            <translation>对话的附件</translation>
+        </message>
+        <message>
+            <source>Indexing “%1”…</source>
+            <translation>正在索引“%1”…</translation>
+        </message>
+        <message>
+            <source>“%1”: computing search vectors, %2 of %3 passages</source>
+            <translation>“%1”：正在计算搜索向量，%2 / %3 个段落</translation>
+        </message>
+        <message>
+            <source>Indexing “%1”: %2 of %3 files, %4 passages</source>
+            <translation>正在索引“%1”：第 %2 / %3 个文件，%4 个段落</translation>
+        </message>
+        <message>
+            <source>“%1” indexed.</source>
+            <translation>“%1”已索引。</translation>
+        </message>
+        <message>
+            <source>Indexing “%1” was cancelled.</source>
+            <translation>“%1”的索引已取消。</translation>
+        </message>
+        <message>
+            <source>Indexing “%1” failed: %2</source>
+            <translation>索引“%1”失败：%2</translation>
+        </message>
+        <message>
+            <source>No knowledge bases yet</source>
+            <translation>还没有知识库</translation>
+        </message>
+    </context>
+    <context>
         <name>MainWindow</name>
         <message>
             <source>Ternary Chat</source>
@@ -442,14 +872,6 @@
             <translation>附加…</translation>
         </message>
         <message>
-            <source>Attach a document to summarize</source>
-            <translation>附加文档以生成摘要</translation>
-        </message>
-        <message>
-            <source>Summarize a .txt, .md, .pdf, .docx or .html file (or drop it here)</source>
-            <translation>为 .txt、.md、.pdf、.docx 或 .html 文件生成摘要（也可拖放到此处）</translation>
-        </message>
-        <message>
             <source>Message input</source>
             <translation>消息输入框</translation>
         </message>
@@ -472,6 +894,38 @@
         <message>
             <source>Status</source>
             <translation>状态</translation>
+        </message>
+        <message>
+            <source>Attach documents to ask about, or summarize one</source>
+            <translation>附加文档以便提问，或为一个文档生成摘要</translation>
+        </message>
+        <message>
+            <source>Ask questions about documents (.txt, .md, .pdf, .docx, .html, source code) or summarize one; you can also drop files here</source>
+            <translation>就文档（.txt、.md、.pdf、.docx、.html、源代码）提问或为一个文档生成摘要；也可以把文件拖放到这里</translation>
+        </message>
+        <message>
+            <source>Ask questions about documents (attach to this chat)…</source>
+            <translation>就文档提问（附加到此对话）…</translation>
+        </message>
+        <message>
+            <source>Ask questions about a folder (attach to this chat)…</source>
+            <translation>就文件夹提问（附加到此对话）…</translation>
+        </message>
+        <message>
+            <source>Summarize a document…</source>
+            <translation>为文档生成摘要…</translation>
+        </message>
+        <message>
+            <source>&amp;Documents</source>
+            <translation>文档(&amp;D)</translation>
+        </message>
+        <message>
+            <source>Knowledge bases…</source>
+            <translation>知识库…</translation>
+        </message>
+        <message>
+            <source>Create and update knowledge bases (Ctrl+K)</source>
+            <translation>创建和更新知识库 (Ctrl+K)</translation>
         </message>
         <message>
             <source>Model loading progress</source>
@@ -626,8 +1080,32 @@
             <translation>生成中…</translation>
         </message>
         <message>
+            <source>searching the documents…</source>
+            <translation>正在检索文档…</translation>
+        </message>
+        <message>
+            <source>Still indexing: this answer uses the documents indexed so far.</source>
+            <translation>仍在建立索引：此回答只使用目前已索引的文档。</translation>
+        </message>
+        <message>
             <source>Stopping…</source>
             <translation>正在停止…</translation>
+        </message>
+        <message>
+            <source>Ask questions about it (attach to this chat)</source>
+            <translation>就它提问（附加到此对话）</translation>
+        </message>
+        <message>
+            <source>Ask questions about them (attach to this chat)</source>
+            <translation>就它们提问（附加到此对话）</translation>
+        </message>
+        <message>
+            <source>Summarize it</source>
+            <translation>生成摘要</translation>
+        </message>
+        <message>
+            <source>%1: drop a document (.txt, .md, .pdf, .docx, .html, source code) or a folder to ask questions about it or summarize it, or a model (.gguf, .ternary, folder) to import it.</source>
+            <translation>%1：拖放文档（.txt、.md、.pdf、.docx、.html、源代码）或文件夹可就其提问或生成摘要，拖放模型（.gguf、.ternary、文件夹）可导入。</translation>
         </message>
         <message>
             <source>Ready</source>
@@ -670,12 +1148,28 @@
             <translation>编辑中：发送后将替换此消息及其后的所有内容。</translation>
         </message>
         <message>
+            <source>Attach documents to this chat</source>
+            <translation>将文档附加到此对话</translation>
+        </message>
+        <message>
+            <source>Documents and source code (*)</source>
+            <translation>文档和源代码 (*)</translation>
+        </message>
+        <message>
+            <source>Attach a folder to this chat</source>
+            <translation>将文件夹附加到此对话</translation>
+        </message>
+        <message>
             <source>Summarize a document</source>
             <translation>为文档生成摘要</translation>
         </message>
         <message>
             <source>Documents (*.txt *.md *.pdf *.docx *.html *.htm)</source>
             <translation>文档 (*.txt *.md *.pdf *.docx *.html *.htm)</translation>
+        </message>
+        <message>
+            <source>Knowledge bases cannot be used in this session: %1</source>
+            <translation>本次运行无法使用知识库：%1</translation>
         </message>
         <message>
             <source>%1 will be summarized as soon as the model is loaded.</source>
@@ -754,10 +1248,6 @@
             <translation>因错误而停止：摘要涵盖了 %2 个部分中的 %1 个（文档的 %3%）。</translation>
         </message>
         <message>
-            <source>%1: drop a document (.txt, .md, .pdf, .docx, .html) to summarize it, or a model (.gguf, .ternary, folder) to import it.</source>
-            <translation>%1：拖入文档（.txt、.md、.pdf、.docx、.html）可生成摘要，拖入模型（.gguf、.ternary、文件夹）可导入。</translation>
-        </message>
-        <message>
             <source>Could not save settings: %1</source>
             <translation>无法保存设置：%1</translation>
         </message>
@@ -815,6 +1305,14 @@
         <message>
             <source>Reply</source>
             <translation>回复</translation>
+        </message>
+        <message>
+            <source>Sources of this answer</source>
+            <translation>此回答的来源</translation>
+        </message>
+        <message>
+            <source>Left out (did not fit in the context): %1</source>
+            <translation>未采用（上下文放不下）：%1</translation>
         </message>
     </context>
     <context>
@@ -1087,6 +1585,10 @@
             <translation>无法读取模型目录：%1</translation>
         </message>
         <message>
+            <source>Embedding model (for document search)</source>
+            <translation>嵌入模型（用于文档搜索）</translation>
+        </message>
+        <message>
             <source>imported</source>
             <translation>已导入</translation>
         </message>
@@ -1137,6 +1639,10 @@
         <message>
             <source>Not downloaded</source>
             <translation>未下载</translation>
+        </message>
+        <message>
+            <source>An embedding model is used by document search, not for chat</source>
+            <translation>嵌入模型用于文档搜索，不能用来聊天</translation>
         </message>
         <message>
             <source>Connecting…</source>
@@ -1286,6 +1792,45 @@
         <message>
             <source>“%1” is not %2.</source>
             <translation>“%1”不是%2。</translation>
+        </message>
+    </context>
+    <context>
+        <name>PassageDialog</name>
+        <message>
+            <source>Source [%1]</source>
+            <translation>来源 [%1]</translation>
+        </message>
+        <message>
+            <source>Passage</source>
+            <translation>段落</translation>
+        </message>
+        <message>
+            <source>Passage text</source>
+            <translation>段落文本</translation>
+        </message>
+        <message>
+            <source>Open file</source>
+            <translation>打开文件</translation>
+        </message>
+        <message>
+            <source>Open the file in its application</source>
+            <translation>用对应的应用程序打开文件</translation>
+        </message>
+        <message>
+            <source>The file is no longer at %1; the text below is the copy that was indexed.</source>
+            <translation>文件已不在 %1；下面是建立索引时保存的文本。</translation>
+        </message>
+        <message>
+            <source>This passage is no longer in the index (the file was changed or removed since this answer); the text below is the quote saved with the answer.</source>
+            <translation>此段落已不在索引中（回答之后文件被修改或移除）；下面是随回答保存的引文。</translation>
+        </message>
+        <message>
+            <source>The file has changed since it was indexed; the text below is the indexed copy and may differ from the file now.</source>
+            <translation>文件在建立索引后已被修改；下面是索引中的文本，可能与现在的文件不同。</translation>
+        </message>
+        <message>
+            <source>The file is no longer at %1.</source>
+            <translation>文件已不在 %1。</translation>
         </message>
     </context>
     <context>

@@ -1,7 +1,9 @@
 """The ``ternary`` command line: one module per subcommand, registered here.
 
 Each ``runtime/cli/<name>.py`` module defines ``register(subparsers)``, which adds its parser and
-sets ``func`` (a callable taking the parsed args and returning an exit code). Errors a user can act
+sets ``func`` (a callable taking the parsed args and returning an exit code). A dotted name in
+:data:`SUBCOMMAND_MODULES` is a module outside this package with the same ``register`` (the app's
+``ternary kb`` lives beside the knowledge base it drives, in ``app.knowledge.cli``). Errors a user can act
 on (:class:`runtime.errors.TernaryError`) print one line and exit 1; ``--debug`` shows tracebacks.
 """
 
@@ -26,6 +28,7 @@ SUBCOMMAND_MODULES = [
     "download",
     "verify",
     "token",
+    "app.knowledge.cli",  # ternary kb
 ]
 
 
@@ -38,11 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
+        qualified = name if "." in name else f"runtime.cli.{name}"
         try:
-            module = importlib.import_module(f"runtime.cli.{name}")
+            module = importlib.import_module(qualified)
         except ModuleNotFoundError as exc:
-            if exc.name == f"runtime.cli.{name}":
-                continue  # subcommand not built yet
+            if exc.name and (qualified == exc.name or qualified.startswith(exc.name + ".")):
+                continue  # subcommand (or the package holding it) not built yet
             raise
         module.register(sub)
     return parser

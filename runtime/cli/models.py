@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 "modelscope_verified": m.modelscope.verified if m.modelscope else None,
                 "local_path": m.local_path, "default": f.default, "legacy": f.legacy,
                 "installed": inst.state if inst else None, "path": str(inst.path) if inst else None,
+                "role": m.role,
             }
             if mem is not None:
                 from runtime.hub.recommend import fit_of
@@ -116,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
 
-    print(f"{'model':<14} {'variant':<14} {'size':>9} {'min VRAM':>9} {'min RAM':>9}  {'installed':<10} fit")
+    print(f"{'model':<20} {'variant':<14} {'size':>9} {'min VRAM':>9} {'min RAM':>9}  {'installed':<10} fit")
     for r in rows:
         size = r["size"] or r["approx_size"]
         size_text = ("~" if not r["size"] and size else "") + (format_bytes(size) if size else "?")
@@ -124,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         ram = format_bytes(r["min_ram_bytes"]) if r["min_ram_bytes"] else "?"
         state = r["installed"] or ("local" if r["local_path"] else "-")
         variant = r["variant"] + ("*" if r["default"] else "")
-        print(f"{r['id']:<14} {variant:<14} {size_text:>9} {vram:>9} {ram:>9}  {state:<10} {r.get('fit_text', '')}")
+        role = "  [embedding model, for document search: not a chat model]" if r["role"] == "embedding" else ""
+        print(f"{r['id']:<20} {variant:<14} {size_text:>9} {vram:>9} {ram:>9}  {state:<10} {r.get('fit_text', '')}{role}")
     print("(* = default file; sizes with ~ are approximate until the hub reports them; minimum memory at 4096 tokens)")
     if extra:
         print("\nother installed files:")

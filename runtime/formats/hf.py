@@ -13,7 +13,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,6 +172,19 @@ def read_safetensors_header(path: Path) -> dict[str, _STEntry]:
     return out
 
 
+def has_bare_base_names(names: Iterable[str]) -> bool:
+    """True for a checkpoint of the bare base model (``AutoModel.save_pretrained``, e.g.
+    Qwen3-Embedding): ``embed_tokens.weight``, ``layers.N....``, ``norm.weight`` without the
+    ``model.`` prefix the causal-LM checkpoints (and our canonical names) carry."""
+    names = set(names)
+    return "embed_tokens.weight" in names and "model.embed_tokens.weight" not in names
+
+
+def base_model_name(stored: str) -> str:
+    """The canonical name of a bare base-model tensor (``lm_head`` sits outside the base model)."""
+    return stored if stored.startswith(("model.", "lm_head.")) else "model." + stored
+
+
 def _read_text(path: Path) -> str:
     """A small text file, refusing absurd sizes and special files (a FIFO) before reading."""
     path = require_file(path, path.name)
@@ -255,8 +268,11 @@ class HFSource:
     """A Hugging Face folder as a stream of canonical tensors (see module docstring)."""
 
     def __init__(self, folder: str | os.PathLike[str], *, group_size: int = 128, quantize: bool = False,
-                 ternary_encoding: str = T2) -> None:
+                 ternary_encoding: str = T2, keep_dense: bool = False) -> None:
+        """``keep_dense`` keeps every float tensor as stored (no ternary recovery): for dense
+        models such as Qwen3-Embedding, which run on plain floating-point matmuls."""
         self.path = Path(folder)
+        self.keep_dense = keep_dense
         p = self.path
         if path_kind(p) != "folder":
             raise ModelFormatError(f"{p}: a Hugging Face model is a folder, not a file")
@@ -326,15 +342,22 @@ class HFSource:
             files = sorted(f.name for f in p.glob("*.safetensors"))
             if not files:
                 raise ModelFormatError(f"{p.name}: no .safetensors files (PyTorch .bin checkpoints are not read)")
-        entries: dict[str, _STEntry] = {}
+        stored_entries: dict[str, _STEntry] = {}
         for fn in files:
             for stored, e in read_safetensors_header(p / fn).items():
-                name = self.arch.hf_name_fn(stored) if self.arch.hf_name_fn is not None else stored
-                if name is None:
-                    continue  # e.g. a vision tower the text model does not use
-                if name in entries:
-                    raise ModelFormatError(f"{p.name}: tensor {name} appears in two shards")
-                entries[name] = e
+                if stored in stored_entries:
+                    raise ModelFormatError(f"{p.name}: tensor {stored} appears in two shards")
+                stored_entries[stored] = e
+        bare = has_bare_base_names(stored_entries)
+        entries: dict[str, _STEntry] = {}
+        for stored, e in stored_entries.items():
+            full = base_model_name(stored) if bare else stored
+            name = self.arch.hf_name_fn(full) if self.arch.hf_name_fn is not None else full
+            if name is None:
+                continue  # e.g. a vision tower the text model does not use
+            if name in entries:
+                raise ModelFormatError(f"{p.name}: tensor {name} appears in two shards")
+            entries[name] = e
         return entries
 
     def _map(self, path: Path) -> mmap.mmap:
@@ -363,14 +386,14 @@ class HFSource:
 
     def tensor_spec(self, name: str) -> TensorSpec:
         e = self.entries[name]
-        if self.arch.is_ternary(name, e.shape):
+        if self.arch.is_ternary(name, e.shape) and not self.keep_dense:
             return TensorSpec(name, self.ternary_encoding, e.shape, self.group_size)
         return TensorSpec(name, {"F16": "f16", "BF16": "bf16"}.get(e.dtype, "f32"), e.shape)
 
     def load(self, name: str) -> Tensor:
         w = self.raw_tensor(name)
         check_float_values(w, name, self.entries[name].file.name, self.entries[name].dtype)  # F16 bytes typed BF16?
-        if self.arch.is_ternary(name, tuple(w.shape)):
+        if self.arch.is_ternary(name, tuple(w.shape)) and not self.keep_dense:
             t, err = ternarize(w, name, self.group_size, quantize=self.quantize, encoding=self.ternary_encoding,
                                source=self.path.name)
             self.max_quant_error = max(self.max_quant_error, err)
@@ -423,9 +446,12 @@ def read_hf_folder(folder: str | os.PathLike[str], **kw: Any) -> ModelData:
 def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[str, torch.Tensor], *,
                                group_size: int = 128, quantize: bool = False, tokenizer_json: str | None = None,
                                tokenizer_config: Mapping[str, Any] | None = None, chat_template: str | None = None,
-                               generation_config: Mapping[str, Any] | None = None, name: str = "") -> ModelData:
+                               generation_config: Mapping[str, Any] | None = None, name: str = "",
+                               keep_dense: bool = False) -> ModelData:
     """In-memory variant of :func:`read_hf_folder` (for tests and tools that hold a model)."""
     arch = arch_for_hf(str(config_dict.get("model_type")))
+    if has_bare_base_names(state):
+        state = {base_model_name(k): v for k, v in state.items()}
     if arch.hf_name_fn is not None:
         state = {c: v for k, v in state.items() if (c := arch.hf_name_fn(k)) is not None}
     state = {k: v for k, v in state.items() if not k.endswith(IGNORED_SUFFIXES)}
@@ -436,7 +462,7 @@ def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[st
     check_tensor_set(config, shapes, source=name or "state dict", names=HF_CONFIG_NAMES)
     tensors: dict[str, Tensor] = {}
     for k, v in state.items():
-        if arch.is_ternary(k, tuple(v.shape)):
+        if arch.is_ternary(k, tuple(v.shape)) and not keep_dense:
             tensors[k], _ = ternarize(v, k, group_size, quantize=quantize, source=name or "state dict")
         else:
             tensors[k] = DenseTensor(v.detach().clone())

@@ -59,8 +59,9 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def open_source(path: str | os.PathLike[str], *, group_size: int = 128, quantize: bool = False,
-                ternary_encoding: str | None = None, verify: bool = False) -> ModelSource:
-    """Open any supported model for streaming. ``quantize`` allows non-ternary weights (lossy)."""
+                ternary_encoding: str | None = None, verify: bool = False, keep_dense: bool = False) -> ModelSource:
+    """Open any supported model for streaming. ``quantize`` allows non-ternary weights (lossy);
+    ``keep_dense`` keeps weights stored as floats dense instead (dense models: embeddings)."""
     fmt = detect_format(path)
     if fmt == "ternary":
         from runtime.formats.ternary_file import TernaryFile
@@ -69,18 +70,19 @@ def open_source(path: str | os.PathLike[str], *, group_size: int = 128, quantize
     if fmt == "gguf":
         from runtime.formats.gguf import GGUFSource
 
-        return GGUFSource(path, group_size=group_size, non_ternary="quantize" if quantize else "error",
-                          ternary_encoding=ternary_encoding)
+        non_ternary = "dense" if keep_dense else "quantize" if quantize else "error"
+        return GGUFSource(path, group_size=group_size, non_ternary=non_ternary, ternary_encoding=ternary_encoding)
     from runtime.formats.hf import HFSource
 
-    return HFSource(path, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding or "t2")
+    return HFSource(path, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding or "t2",
+                    keep_dense=keep_dense)
 
 
 def load_model(path: str | os.PathLike[str], *, verify: bool = False, quantize: bool = False,
-               group_size: int = 128, ternary_encoding: str | None = None) -> ModelData:
+               group_size: int = 128, ternary_encoding: str | None = None, keep_dense: bool = False) -> ModelData:
     """Load a whole model. ``.ternary`` tensors are zero-copy views of a memory map."""
     src = open_source(path, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding,
-                      verify=verify)
+                      verify=verify, keep_dense=keep_dense)
     try:
         tensors = {n: src.load(n) for n in src.tensor_names()}
         prov = src.provenance() if hasattr(src, "provenance") else Provenance()

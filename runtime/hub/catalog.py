@@ -35,6 +35,12 @@ MIN_CONTEXT = 4096
 # quant name -> (group size, canonical encoding) of the in-memory representation.
 QUANT_LAYOUTS = {"PQ2_0": (128, "t2"), "Q2_0": (128, "t2"), "Q2_0_g64": (64, "t2"), "PTQ1_0": (128, "t3")}
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+ROLES = ("chat", "embedding")
+# Beyond the weights (see embedding_memory). CPU: a random model of Qwen3-Embedding-0.6B's shapes
+# peaked at 2.76-2.91 GB RSS for 2.38 GB of fp32 weights (Python, torch and a 512-token pass
+# included). GPU: the CUDA context (~0.5 GB) plus a 512-token pass, an estimate.
+EMBEDDING_GPU_OVERHEAD = 768 << 20
+EMBEDDING_CPU_OVERHEAD = 768 << 20
 
 
 def resources_dir() -> Path:
@@ -107,6 +113,11 @@ class CatalogModel:
     modelscope: HubRepo | None = None
     local_path: str | None = None  # user addition pointing at a file on disk
     user: bool = False
+    role: str = "chat"  # "chat" or "embedding" (document search; never loaded as a chat model)
+
+    @property
+    def is_embedding(self) -> bool:
+        return self.role == "embedding"
 
     def default_file(self) -> CatalogFile:
         for f in self.files:
@@ -130,7 +141,21 @@ def _model_from_dict(d: dict[str, Any], user: bool = False) -> CatalogModel:
     for f in files:
         if f.sha256 is not None and not _SHA256_RE.match(f.sha256):
             raise ValueError(f"catalog: {d.get('id')}/{f.file}: sha256 must be 64 lowercase hex digits")
+    if d.get("role", "chat") not in ROLES:
+        raise ValueError(f"catalog: {d.get('id')}: role must be one of {', '.join(ROLES)}, got {d.get('role')!r}")
     return CatalogModel(files=files, huggingface=hf, modelscope=ms, user=user, **d)
+
+
+def chat_models(models: list[CatalogModel]) -> list[CatalogModel]:
+    """The models a chat can load (embedding models serve document search only)."""
+    return [m for m in models if getattr(m, "role", "chat") == "chat"]
+
+
+def embedding_memory(parameters: int, file_bytes: int) -> tuple[int, int, int]:
+    """(file bytes, min VRAM, min RAM) of a dense embedding model run by
+    :class:`runtime.embedding.EmbeddingModel`: bf16 weights plus the CUDA context on a GPU, fp32
+    weights on the CPU, plus the activations of one packed pass of ``PACK_TOKENS`` tokens."""
+    return (file_bytes, parameters * 2 + EMBEDDING_GPU_OVERHEAD, parameters * 4 + EMBEDDING_CPU_OVERHEAD)
 
 
 @functools.lru_cache(maxsize=64)
@@ -183,6 +208,8 @@ class Catalog:
             for m in models:
                 for f in m.files:
                     req = memory_requirements(m.shape_config, f.quant) if m.shape_config else None
+                    if m.is_embedding and m.parameters and (f.size or f.approx_size):
+                        req = embedding_memory(m.parameters, f.size or f.approx_size or 0)
                     if req:
                         f.packed_bytes, f.min_vram_bytes, f.min_ram_bytes = req
         return cls(models, paths)
@@ -192,6 +219,14 @@ class Catalog:
             if m.id.lower() == model_id.lower():
                 return m
         return None
+
+    def role_of_file(self, filename: str) -> str:
+        """The role of the catalog model a file belongs to ("chat" for files the catalog does not
+        list): lets a model list leave embedding models out of the chat models."""
+        for m in self.models:
+            if any(filename in (f.file, f.ms_file) for f in m.files):
+                return m.role
+        return "chat"
 
     def find_repo_file(self, repo: str, filename: str) -> tuple[CatalogModel, CatalogFile] | None:
         """The catalog entry (with its pins) for a repo id + file name on either hub."""

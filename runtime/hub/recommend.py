@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel
+from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel, chat_models
 from runtime.hub.download import format_bytes
 
 CPU_MAX_PARAMETERS = 9_000_000_000
@@ -82,7 +82,8 @@ def _rank(m: CatalogModel) -> tuple[int, int]:
 
 def recommend_model(catalog: Catalog, mem: MachineMemory | None = None) -> Recommendation:
     mem = mem or MachineMemory.detect()
-    models = sorted((m for m in catalog.models if not m.user and m.files), key=_rank, reverse=True)
+    # embedding models serve document search: never suggested as the model to chat with
+    models = sorted((m for m in chat_models(catalog.models) if not m.user and m.files), key=_rank, reverse=True)
 
     def options(m: CatalogModel) -> list[CatalogFile]:
         d = m.default_file()

@@ -187,7 +187,9 @@ class Qwen3Block(torch.nn.Module):
         self.register_buffer("k_norm", norm(p + "self_attn.k_norm.weight"), persistent=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
-                cache: KVCache, kv_len: int | None, mask: torch.Tensor | None) -> torch.Tensor:
+                cache: KVCache | None, kv_len: int | None, mask: torch.Tensor | None) -> torch.Tensor:
+        """``cache=None`` attends over this chunk's own keys only (no cache written): the
+        embedding path, where ``mask [T, T]`` keeps packed texts apart."""
         t = x.shape[0]
         h = rms_norm(x, self.input_norm, self.eps)
         q, k, v = self.qkv(h)
@@ -195,7 +197,10 @@ class Qwen3Block(torch.nn.Module):
         k = rms_norm(k.view(t, self.num_kv_heads, self.head_dim), self.k_norm, self.eps)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        kc, vc = cache.update(self.layer, input_pos, k, v, kv_len)
+        if cache is None:
+            kc, vc = k.transpose(0, 1), v.transpose(0, 1)
+        else:
+            kc, vc = cache.update(self.layer, input_pos, k, v, kv_len)
         attn = F.scaled_dot_product_attention(
             q.transpose(0, 1).unsqueeze(0), kc.unsqueeze(0).to(q.dtype), vc.unsqueeze(0).to(q.dtype),
             attn_mask=mask, enable_gqa=self.num_heads != self.num_kv_heads,
@@ -212,9 +217,11 @@ class Qwen3Model(PreparedModel):
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
                  progress: Callable[[str, float], None] | None = None, cancel: CancelToken | None = None,
-                 placement: Any = None) -> None:
+                 placement: Any = None, embedding_only: bool = False) -> None:
         """``placement`` (a :class:`runtime.offload.Placement`) puts layers / the embedding on other
-        devices (offload); without it everything lives on ``device``."""
+        devices (offload); without it everything lives on ``device``. ``embedding_only`` builds
+        no LM head and no KV cache: the model then serves only :meth:`hidden_states` (embedding
+        models such as Qwen3-Embedding, whose tied head would be a second copy of the table)."""
         super().__init__()
         if config.arch != "qwen3":
             raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3 dense model")
@@ -264,12 +271,15 @@ class Qwen3Model(PreparedModel):
         self.layers = torch.nn.ModuleList(blocks)
         self.register_buffer("final_norm", norm("model.norm.weight"), persistent=False)
         self.tied = config.tie_word_embeddings
-        head_dev = placement.lm_head_device() if placement is not None else device
-        self.lm_head = make_for(head_dev)(embed if self.tied else tensors["lm_head.weight"])
-        if placement is not None:
-            self.lm_head = placement.wrap_lm_head(self.lm_head)
+        self.lm_head: torch.nn.Module | None = None
+        if not embedding_only:
+            head_dev = placement.lm_head_device() if placement is not None else device
+            self.lm_head = make_for(head_dev)(embed if self.tied else tensors["lm_head.weight"])
+            if placement is not None:
+                self.lm_head = placement.wrap_lm_head(self.lm_head)
         self.rope = RotaryTables(config, max_positions, device)
-        self.cache = KVCache(config.num_layers, config.num_kv_heads, max_positions, config.head_dim,
+        cache_positions = 0 if embedding_only else max_positions
+        self.cache = KVCache(config.num_layers, config.num_kv_heads, cache_positions, config.head_dim,
                              kv_dtype or dtype, device)
         if placement is not None:
             placement.finish()
@@ -307,7 +317,26 @@ class Qwen3Model(PreparedModel):
         elif last_only:
             x = x[-1:]
         x = rms_norm(x, self.final_norm, self.config.rms_norm_eps)
+        if self.lm_head is None:
+            raise UnsupportedModelError("this model was prepared for embeddings only (no LM head)")
         return self.lm_head(x).to(torch.float32)
+
+    def hidden_states(self, tokens: torch.Tensor, input_pos: torch.Tensor,
+                      mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Final-norm hidden states ``[T, hidden]`` of ``tokens [T]`` at ``input_pos [T]``.
+
+        Reads and writes no KV cache, so one call can hold several texts packed end to end
+        (each with positions from 0) when ``mask [T, T]`` (bool, True = may attend) keeps them
+        apart; ``None`` is plain causal attention over the chunk. What embedding models pool.
+        """
+        x = self.embed(tokens, self.dtype)
+        cos, sin = self.rope(input_pos, self.dtype)
+        if mask is None:
+            idx = torch.arange(tokens.shape[0], device=tokens.device)
+            mask = idx[None, :] <= idx[:, None]
+        for block in self.layers:
+            x = block(x, cos, sin, input_pos, None, None, mask)
+        return rms_norm(x, self.final_norm, self.config.rms_norm_eps)
 
 
 def _required_names(config: ModelConfig) -> list[str]:

@@ -1,6 +1,8 @@
 import json
 import sqlite3
 
+import pytest
+
 from app.history import COMPLETE, PARTIAL, HistoryStore, StreamingMessageSaver
 from app.paths import data_dir
 
@@ -109,3 +111,77 @@ def test_export_markdown_and_json(tmp_path):
     assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
     assert data["messages"][1]["thinking"] == "2 plus 2"
     assert not list(tmp_path.glob(".*.tmp")) and not list((tmp_path / "out").glob(".*.tmp"))
+
+
+# -- sources of grounded answers (issue 27) -------------------------------------------------------
+SOURCES = [
+    {"n": 1, "passage_id": 7, "path": "/docs/合同.pdf", "location": "合同.pdf, p. 3", "quote": "第三条 付款期限为三十天。",
+     "used": True, "page": 3},
+    {"n": None, "passage_id": 9, "path": "/docs/notes.md", "location": "notes.md, Install", "quote": "Run make.",
+     "used": False, "reason": "did not fit: needs 300 tokens, 12 left"},
+]
+
+
+def test_sources_round_trip_and_export(tmp_path):
+    path = tmp_path / "h.db"
+    store = HistoryStore(path)
+    c = store.create_conversation("docs")
+    store.add_message(c.id, "user", "付款期限是多久？")
+    plain = store.add_message(c.id, "assistant", "no sources here")
+    reply = store.add_message(c.id, "assistant", "", status=PARTIAL, sources=SOURCES)
+    assert reply.sources == SOURCES and plain.sources == []
+    store.close()
+    again = HistoryStore(path)
+    assert again.message(reply.id).sources == SOURCES and again.message(plain.id).sources == []
+    again.update_message(reply.id, content="三十天 [1]", status=COMPLETE, sources=SOURCES[:1])
+    again.update_message(plain.id, content="edited")  # sources untouched when not given
+    assert again.message(reply.id).sources == SOURCES[:1] and again.message(plain.id).sources == []
+    again.update_message(reply.id, sources=SOURCES)
+    data = again.to_dict(c.id)
+    assert data["messages"][2]["sources"] == SOURCES and data["messages"][1]["sources"] == []
+    md = again.export_markdown(c.id, tmp_path / "chat.md").read_text(encoding="utf-8")
+    answer_part = md.split("## Assistant")[-1]
+    assert "**Sources**" in answer_part and "- [1] 合同.pdf, p. 3 — “第三条 付款期限为三十天。”" in answer_part
+    assert "*Left out (did not fit):* notes.md, Install" in answer_part
+    assert md.count("**Sources**") == 1  # not under answers without sources
+    again.close()
+
+
+@pytest.mark.parametrize("stored", ["{not json", "42", '{"n": 1}', '[1, "x", {"n": 2}]', ""])
+def test_damaged_sources_read_as_empty_never_crash(tmp_path, stored):
+    path = tmp_path / "h.db"
+    store = HistoryStore(path)
+    c = store.create_conversation()
+    m = store.add_message(c.id, "assistant", "a", sources=SOURCES)
+    store._db.execute("UPDATE messages SET sources=? WHERE id=?", (stored, m.id))
+    expected = [{"n": 2}] if stored.startswith("[1") else []
+    assert store.message(m.id).sources == expected
+    assert store.to_dict(c.id)["messages"][0]["sources"] == expected
+    store.close()
+
+
+def test_older_file_without_sources_column_is_upgraded_in_place(tmp_path):
+    path = tmp_path / "h.db"
+    db = sqlite3.connect(path)
+    db.executescript("""
+        CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL, created REAL NOT NULL,
+            updated REAL NOT NULL, model TEXT NOT NULL DEFAULT '', settings TEXT NOT NULL DEFAULT '{}');
+        CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id INTEGER NOT NULL,
+            role TEXT NOT NULL, content TEXT NOT NULL DEFAULT '', thinking TEXT NOT NULL DEFAULT '',
+            stats TEXT NOT NULL DEFAULT '{}', created REAL NOT NULL, status TEXT NOT NULL DEFAULT 'complete');
+        INSERT INTO conversations VALUES (1, 'old chat', 1.0, 2.0, '', '{}');
+        INSERT INTO messages VALUES (1, 1, 'user', 'old question', '', '{}', 1.5, 'complete');
+        PRAGMA user_version=1;
+    """)
+    db.close()
+    before = path.read_bytes()
+    store = HistoryStore(path)
+    assert store.upgraded_from is not None and store.upgraded_from.read_bytes() == before  # the copy as it was
+    [old] = store.messages(1)
+    assert old.content == "old question" and old.sources == []
+    new = store.add_message(1, "assistant", "answer [1]", sources=SOURCES[:1])
+    store.close()
+    again = HistoryStore(path)
+    assert again.upgraded_from is None  # upgraded once
+    assert again.message(new.id).sources == SOURCES[:1]
+    again.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 import warnings
 
 from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
@@ -23,7 +24,35 @@ def _drop(w, path) -> None:
     assert QApplication.sendEvent(w, enter) and enter.isAccepted()
     event = QDropEvent(QPointF(200, 200), Qt.DropAction.CopyAction, mime, Qt.MouseButton.LeftButton,
                        Qt.KeyboardModifier.NoModifier)
+    handled = []
+    w.dropHandled.connect(lambda: handled.append(True))
+    choose_in_drop_menu(w, "Summarize it", until=handled)
     assert QApplication.sendEvent(w, event)
+    deadline = time.monotonic() + 30
+    while not handled and time.monotonic() < deadline:  # the menu opens once the drop has returned
+        QApplication.processEvents()
+        time.sleep(0.005)
+    assert handled, "the drop was not handled"
+
+
+def choose_in_drop_menu(w, text: str, until: list) -> None:
+    """The drop asks "Ask questions about it" or "Summarize it": pick ``text`` with the keyboard once the menu is up."""
+    from PySide6.QtCore import QTimer
+    from PySide6.QtTest import QTest
+
+    def pick() -> None:
+        menu = w.drop_menu
+        if menu is None or not menu.isVisible():
+            if not until:  # the drop was handled without a menu (a model, a file that cannot be used)
+                QTimer.singleShot(10, pick)
+            return
+        for _ in menu.actions():
+            if menu.activeAction() is not None and menu.activeAction().text() == text:
+                break
+            QTest.keyClick(menu, Qt.Key.Key_Down)
+        QTest.keyClick(menu, Qt.Key.Key_Return)
+
+    QTimer.singleShot(0, pick)
 
 
 def test_gui_dropped_long_document_is_summarized_in_chunks(qtbot, make_window, tmp_path):

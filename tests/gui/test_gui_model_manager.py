@@ -222,3 +222,39 @@ def test_gui_delete_asks_what_happens_to_the_file_and_selects_nothing_after(qtbo
         assert not item.path.exists() and ModelStore().installed() == []
         assert dlg.selected_row() is None and not dlg.delete_button.isEnabled()
         assert os.path.exists(mine[1])
+
+
+def test_gui_embedding_model_is_listed_downloadable_but_never_a_chat_model(qtbot, make_window):
+    """The catalog's embedding model: its own label, a working Download, no recommendation, no Use."""
+    w = make_window(load=False)
+    emb_file = CatalogFile(variant="F16", file="emb.gguf", format="gguf", default=True, approx_size=300_000,
+                           min_vram_bytes=GIB // 8, min_ram_bytes=GIB // 4, packed_bytes=300_000)
+    emb = CatalogModel(id="tiny-emb", name="Tiny Embedding", architecture="qwen3", context_length=512,
+                       files=[emb_file], huggingface=HubRepo(REPO, "main"), role="embedding")
+    cat = _catalog()
+    cat.models.append(emb)
+    small = Hardware(ram_total_bytes=2 * GIB, ram_available_bytes=GIB // 2)  # only the embedding model fits
+    assert recommend([emb], small) is not None  # app.model_fit alone would pick it: the dialog must not
+    with FakeHub() as hub:
+        hub.add(REPO, "emb.gguf", tiny_gguf(300_000, seed=7))
+        dlg = _dialog(qtbot, w, hub, small)
+        dlg.catalog = cat
+        dlg.refresh()
+        row = next(r for r in range(dlg.table.rowCount()) if dlg.table.item(r, 0).text().startswith("Tiny Embedding"))
+        assert dlg.table.item(row, 1).text() == "Embedding model (for document search)"
+        assert not any("Recommended" in dlg.table.item(r, 0).text() for r in range(dlg.table.rowCount()))
+        dlg.select_key(("tiny-emb", "emb.gguf"))
+        assert dlg.download_button.isEnabled() and not dlg.use_button.isEnabled()
+        dlg.download_button.click()
+        qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
+        assert "Downloaded and verified: emb.gguf" in dlg.result_label.text()
+        assert dlg.table.item(row, 4).text() == "Installed, verified"
+        dlg.select_key(("tiny-emb", "emb.gguf"))
+        assert not dlg.use_button.isEnabled() and "document search" in dlg.use_button.toolTip()
+        dlg.use_selected()  # even when called directly, nothing is loaded for chat
+        assert w.model_path != str(ModelStore().installed()[0].path)
+        dlg.select_key(("tiny-good", "good.gguf"))
+        assert dlg.use_button.toolTip() == "Load the selected model and chat"
+    w.welcome.catalog = cat
+    w.welcome.set_hardware(small)
+    assert w.welcome.recommendation is None and "None of the catalog models fits" in w.welcome.recommend_label.text()

@@ -8,7 +8,16 @@ import re
 import pytest
 
 from runtime.atomic import read_json
-from runtime.hub.catalog import Catalog, memory_requirements, resources_dir
+from runtime.hub.catalog import (
+    Catalog,
+    CatalogModel,
+    _model_from_dict,
+    chat_models,
+    embedding_memory,
+    memory_requirements,
+    resources_dir,
+)
+from runtime.hub.recommend import MachineMemory, recommend_model
 
 # The only sha256 pins in shared research ternary-models.md §2 for the files we list (GGUF repos).
 RESEARCH_PINS = {
@@ -23,8 +32,10 @@ RESEARCH_PINS = {
 
 def test_catalog_has_the_supported_models_with_repos_on_both_hubs(paths):
     cat = Catalog.load(paths)
-    assert [m.id for m in cat.models] == ["bonsai-1.7b", "bonsai-4b", "bonsai-8b", "bonsai-27b", "bonsai-2-27b"]
-    for m in cat.models:
+    assert [m.id for m in cat.models] == ["bonsai-1.7b", "bonsai-4b", "bonsai-8b", "bonsai-27b", "bonsai-2-27b",
+                                          "qwen3-embedding-0.6b"]
+    assert [m.id for m in chat_models(cat.models)] == [m.id for m in cat.models[:5]]
+    for m in chat_models(cat.models):
         assert m.huggingface.repo.startswith("prism-ml/") and m.modelscope.repo == m.huggingface.repo
         assert m.modelscope.verified is False  # nobody here confirmed the mirror
         assert m.context_length in (32768, 65536, 262144) and m.sampling["top_k"] == 20
@@ -47,7 +58,7 @@ def test_only_research_pins_no_invented_hashes():
 
 def test_memory_columns_come_from_the_planner_and_match_prismml_figures(paths):
     cat = Catalog.load(paths)
-    for m in cat.models:
+    for m in chat_models(cat.models):
         for f in m.files:
             assert (f.packed_bytes, f.min_vram_bytes, f.min_ram_bytes) == memory_requirements(m.shape_config, f.quant)
             assert f.packed_bytes < f.min_ram_bytes < f.min_vram_bytes
@@ -98,7 +109,7 @@ def test_user_additions_persist_atomically(paths, tmp_path):
 
 def test_broken_user_entry_does_not_hide_the_catalog(paths):
     paths.user_catalog_file.write_text(json.dumps({"schema": 1, "models": [{"id": "broken"}]}))
-    assert len(Catalog.load(paths).models) == 5
+    assert len(Catalog.load(paths).models) == 6  # the five Bonsai models and the embedding model
 
 
 def test_resources_dir_override(monkeypatch, tmp_path):
@@ -106,3 +117,36 @@ def test_resources_dir_override(monkeypatch, tmp_path):
     monkeypatch.setenv("TERNARY_CHAT_RESOURCES", str(tmp_path))
     assert resources_dir() == tmp_path
     assert Catalog.load().models == []
+
+
+def test_embedding_model_entry_is_marked_and_never_a_chat_model(paths):
+    cat = Catalog.load(paths)
+    emb = cat.get("qwen3-embedding-0.6b")
+    assert emb.role == "embedding" and emb.is_embedding and not cat.get("bonsai-4b").is_embedding
+    assert emb.huggingface.repo == "Qwen/Qwen3-Embedding-0.6B-GGUF" and emb.huggingface.verified
+    assert emb.modelscope.repo == emb.huggingface.repo and emb.modelscope.verified is False
+    f = emb.default_file()
+    assert (f.file, f.format, f.quant) == ("Qwen3-Embedding-0.6B-f16.gguf", "gguf", "F16")
+    # no pin in our research notes: the hub's own sha256 is checked at download time (as for the 1.7B)
+    assert f.sha256 is None and f.size is None
+    assert abs(f.approx_size - 2 * emb.parameters) < 16_000_000  # F16: 2 bytes a parameter + tokenizer
+    # memory from the embedding runtime's arithmetic (fp32 on the CPU, bf16 on a GPU), not the chat planner
+    assert (f.packed_bytes, f.min_vram_bytes, f.min_ram_bytes) == embedding_memory(emb.parameters, f.approx_size)
+    assert f.packed_bytes < f.min_vram_bytes < f.min_ram_bytes < 4 * 1024**3
+    assert cat.role_of_file("Qwen3-Embedding-0.6B-f16.gguf") == "embedding"
+    assert cat.role_of_file("Ternary-Bonsai-4B-PQ2_0.gguf") == cat.role_of_file("mine.gguf") == "chat"
+    for mem in (MachineMemory(None, 0, 64 * 1024**3), MachineMemory("GPU", 80 * 1024**3, 64 * 1024**3),
+                MachineMemory(None, 0, 3 * 1024**3)):
+        rec = recommend_model(cat, mem)
+        assert rec.model is None or rec.model.role == "chat"
+    only_embedding = Catalog([emb], None)
+    assert recommend_model(only_embedding, MachineMemory(None, 0, 64 * 1024**3)).model is None
+
+
+def test_catalog_role_is_checked():
+    base = {"id": "x", "name": "X", "architecture": "qwen3", "context_length": 512,
+            "files": [{"variant": "F16", "file": "x.gguf", "format": "gguf", "default": True}]}
+    assert _model_from_dict(base).role == "chat"
+    assert isinstance(_model_from_dict(dict(base, role="embedding")), CatalogModel)
+    with pytest.raises(ValueError, match="role must be one of chat, embedding"):
+        _model_from_dict(dict(base, role="reranker"))

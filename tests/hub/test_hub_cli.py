@@ -24,7 +24,9 @@ def test_models_json_lists_catalog_installed_and_recommendation(tmp_path, capsys
     assert main(["models", "--json", "--home", str(home)]) == 0
     out = json.loads(capsys.readouterr().out)
     ids = {r["id"] for r in out["models"]}
-    assert ids == {"bonsai-1.7b", "bonsai-4b", "bonsai-8b", "bonsai-27b", "bonsai-2-27b"}
+    assert ids == {"bonsai-1.7b", "bonsai-4b", "bonsai-8b", "bonsai-27b", "bonsai-2-27b", "qwen3-embedding-0.6b"}
+    assert {r["id"] for r in out["models"] if r["role"] == "embedding"} == {"qwen3-embedding-0.6b"}
+    assert out["recommendation"]["model"] != "qwen3-embedding-0.6b"
     row = next(r for r in out["models"] if r["file"] == "Ternary-Bonsai-2-27B-PQ2_0.gguf")
     assert row["size"] == 7_206_168_928 and row["min_vram_bytes"] > row["min_ram_bytes"] > 0
     assert row["fit"] in ("gpu", "cpu", "none") and row["installed"] is None
@@ -37,6 +39,8 @@ def test_models_text_and_user_entries(tmp_path, capsys):
     assert main(["models", "--no-detect", "--home", home]) == 0
     text = capsys.readouterr().out
     assert "bonsai-2-27b" in text and "PTQ1_0" in text and "mine" in text
+    emb = next(line for line in text.splitlines() if line.startswith("qwen3-embedding-0.6b"))
+    assert "[embedding model, for document search: not a chat model]" in emb
     assert main(["models", "remove", "mine", "--home", home]) == 0
     assert main(["models", "remove", "mine", "--home", home]) == 1
 
