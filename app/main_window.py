@@ -753,10 +753,14 @@ class MainWindow(QMainWindow):
         out: list[tuple[str, str]] = []
         seen: set[str] = set()
         try:
+            from runtime.hub.catalog import Catalog
             from runtime.hub.store import ModelStore
 
+            catalog = Catalog.load(with_memory=False)
             for item in ModelStore().installed():
                 p = str(item.path)
+                if catalog.role_of_file(item.filename) == "embedding":
+                    continue  # an embedding model serves document search, never the chat
                 if p not in seen:
                     seen.add(p)
                     out.append((f"{item.filename}  ({format_bytes(item.size)})", p))
