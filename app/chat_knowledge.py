@@ -88,7 +88,9 @@ class ChatKnowledge(QObject):
                     bad = [f for f in under if f.status == "error"]
                     tip = str(root)
                     if bad:
-                        tip += "\n" + "\n".join(f"{f.path.name}: {f.error}" for f in bad)
+                        from app.knowledge_dialog import problem_text
+
+                        tip += "\n" + "\n".join(problem_text(f.path, f.error_code, f.error, f.size) for f in bad)
                     elif under and root.is_dir():
                         tip += "\n" + self.tr("%1 files indexed").replace("%1", str(len(under)))
                     problem = bool(bad) and len(bad) == len(under)
@@ -146,7 +148,7 @@ class ChatKnowledge(QObject):
         self.refresh()
         from app.knowledge_dialog import problem_text
 
-        problems = [problem_text(Path(p.path), p.code, p.message) for p in report.problems]
+        problems = [problem_text(Path(p.path), p.code, p.message, p.size) for p in report.problems]
         if report.cancelled:
             text = self.tr("Indexing was cancelled: the files indexed before it stay attached and are searched; "
                            "the others are not.")
@@ -227,6 +229,33 @@ class ChatKnowledge(QObject):
             return search(store, list(base_ids), question, k=k, embedder=model)
 
         return retrieve
+
+    def budget_note_text(self, prompt: Any) -> str:
+        """What the context budget changed for this answer (``prompt.notes``, codes with numbers from
+        :mod:`app.knowledge.answer`), in the interface's language; "" when it changed nothing."""
+        from app.knowledge import answer
+
+        sentences = []
+        for note in getattr(prompt, "notes", None) or []:
+            n = {key: str(value) for key, value in note.numbers.items()}
+            if note.code == answer.DROPPED_MESSAGES:
+                text = self.tr("The %1 oldest messages of the conversation were left out so that a source fits.") \
+                    .replace("%1", n["messages"])
+            elif note.code == answer.NOTHING_FITS:
+                text = self.tr("No source passage fits in the %1-token context beside the question and a %2-token "
+                               "answer; the model answers without sources.") \
+                    .replace("%1", n["context"]).replace("%2", n["answer_tokens"])
+            elif note.code == answer.PASSAGES_LEFT_OUT:
+                text = self.tr("%1 of %2 passages did not fit in the %3-token context and were left out.") \
+                    .replace("%1", n["left_out"]).replace("%2", n["total"]).replace("%3", n["context"])
+            elif note.code == answer.QUESTION_TOO_LONG:
+                text = self.tr("The question and conversation alone take %1 tokens, more than the %2 left beside a "
+                               "%3-token answer.") \
+                    .replace("%1", n["tokens"]).replace("%2", n["limit"]).replace("%3", n["answer_tokens"])
+            else:
+                text = note.english()
+            sentences.append(text)
+        return " ".join(sentences)
 
     # ------------------------------------------------------------------ shutdown
     def shutdown(self) -> None:

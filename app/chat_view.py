@@ -9,7 +9,6 @@ Markdown (code blocks, tables, lists) goes through ``QTextDocument.setMarkdown``
 from __future__ import annotations
 
 import html
-import re
 from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, QUrl, Signal
@@ -28,61 +27,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.knowledge.answer import link_citations
+
 RENDER_MS = 50
 CITE_SCHEME = "cite"  # [n] in an answer links to cite:n (the source numbered n)
 SOURCE_SCHEME = "source"  # an entry of the Sources list links to source:i (its index in the list)
 QUOTE_CHARS = 140  # how much of a passage the Sources list quotes
-
-_CITATION = re.compile(r"([\[［【])(\s*\d{1,3}(?:\s*(?:[-–~,，、;]|and)\s*\d{1,3})*\s*)([\]］】])(?!\()")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-_FENCE = re.compile(r"^ {0,3}(```|~~~)")
-
-
-def link_citations(markdown: str, numbers: set[int]) -> str:
-    """Turn the model's citations ``[1]``, ``[2, 3]``, ``[1-3]``, ``【1】`` into links ``cite:n`` for the
-    numbers that exist (the forms :func:`app.knowledge.answer.cited_numbers` reads).
-
-    Why here and not in the HTML: Qt renders the Markdown itself, so the links must be Markdown
-    links; text in code blocks and code spans is left alone, and so are ``[n](url)`` links and
-    ``[n]: url`` reference definitions the model wrote itself. Numbers without a source stay text.
-    """
-    if not numbers:
-        return markdown
-
-    def esc(bracket: str) -> str:
-        return "\\" + bracket if bracket in "[]" else bracket
-
-    def replace(m: re.Match[str]) -> str:
-        opening, inner, closing = m.groups()
-        definition = m.string[m.end():m.end() + 1] == ":" and not m.string[:m.start()].strip()
-        found = [int(x) for x in re.findall(r"\d+", inner)]
-        if definition or not any(n in numbers for n in found):
-            return m.group(0)
-        if inner.strip().isdigit():  # the whole "[n]" is the link: a bigger target
-            return f"[{esc(opening)}{found[0]}{esc(closing)}]({CITE_SCHEME}:{found[0]})"
-        linked = re.sub(r"\d+", lambda d: f"[{d.group(0)}]({CITE_SCHEME}:{d.group(0)})"
-                        if int(d.group(0)) in numbers else d.group(0), inner)
-        return esc(opening) + linked + esc(closing)
-
-    out: list[str] = []
-    fenced = False
-    for line in markdown.split("\n"):
-        if _FENCE.match(line):
-            fenced = not fenced
-            out.append(line)
-            continue
-        if fenced:
-            out.append(line)
-            continue
-        pieces, last = [], 0
-        for code in _CODE_SPAN.finditer(line):
-            pieces.append(_CITATION.sub(replace, line[last:code.start()]))
-            pieces.append(code.group(0))
-            last = code.end()
-        pieces.append(_CITATION.sub(replace, line[last:]))
-        out.append("".join(pieces))
-    return "\n".join(out)
-
 
 def short_quote(text: str, limit: int = QUOTE_CHARS) -> str:
     """The start of a passage on one line, ending in "…" when cut."""
@@ -289,7 +239,7 @@ class MessageWidget(QFrame):
     def render(self) -> None:
         self._render_timer.stop()
         if self.role == "assistant":
-            self.body.setMarkdown(link_citations(self.content, set(self.cited_numbers())))
+            self.body.setMarkdown(link_citations(self.content, set(self.cited_numbers()), CITE_SCHEME))
         else:
             self.body.setMarkdown(_escape_user(self.content))
         has_thinking = bool(self.thinking.strip())

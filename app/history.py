@@ -103,8 +103,10 @@ class HistoryError(Exception):
         self.version = version
 
 
-def _classify(exc: BaseException) -> str:
-    """Map an SQLite/OS error to what it means for the user's file."""
+def classify_sqlite_error(exc: BaseException) -> str:
+    """Map an SQLite/OS error to what it means for the user's file: locked, unwritable or damaged.
+
+    Shared by the chat history and the knowledge store (one rule for both SQLite files)."""
     text = str(exc).lower()
     if "locked" in text or "busy" in text:
         return "locked"
@@ -211,7 +213,7 @@ class HistoryStore:
             self._open(verify, busy_timeout_s)
         except (sqlite3.Error, OSError) as exc:
             self.close()
-            raise HistoryError(_classify(exc), f"{self.path}: {exc}") from exc
+            raise HistoryError(classify_sqlite_error(exc), f"{self.path}: {exc}") from exc
         except HistoryError:
             self.close()
             raise

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.confirm import confirm_destructive
 from app.knowledge.store import KnowledgeError, covers
 from app.knowledge_jobs import IndexJob, IndexRunner
 
@@ -47,20 +48,27 @@ log = logging.getLogger(__name__)
 PATH_ROLE = Qt.ItemDataRole.UserRole
 BASE_ROLE = Qt.ItemDataRole.UserRole + 1
 ROOT_ROLE = Qt.ItemDataRole.UserRole + 2  # True on items the user added (only those can be removed)
+EXCLUDED_ROLE = Qt.ItemDataRole.UserRole + 3  # True on a file of an added folder that the user excluded
 
 # Document problems whose sentence needs nothing but the file's name (see app.main_window's
-# document_error_text); the others keep the indexer's English line, which carries the numbers.
+# document_error_text); too_large also needs the file's size (stored with the file); the others keep
+# the indexer's English line.
 _NAME_ONLY_CODES = ("unsupported", "missing", "unreadable", "binary", "encrypted", "no_text", "corrupt", "empty",
                     "folder", "not_file")
 
 
-def problem_text(path: Path, code: str, message: str) -> str:
-    """One file's problem in the interface's language (the English ``message`` when no sentence fits)."""
-    if code in _NAME_ONLY_CODES:
-        from app.documents import DocumentError
+def problem_text(path: Path, code: str, message: str, size: int = 0) -> str:
+    """One file's problem in the interface's language (the English ``message`` when no sentence fits).
+
+    ``size``: the file's size in bytes, for ``too_large`` (the store keeps it with the file)."""
+    from app.documents import MAX_DOCUMENT_BYTES, MAX_UNPACKED_BYTES, DocumentError
+
+    if code in _NAME_ONLY_CODES or (code == "too_large" and size > 0) or code == "too_large_unpacked":
         from app.main_window import document_error_text
 
-        return document_error_text(DocumentError(message, code, name=path.name))
+        limit = MAX_UNPACKED_BYTES if code == "too_large_unpacked" else MAX_DOCUMENT_BYTES
+        return document_error_text(DocumentError(message, code, name=path.name, size_mb=size / 2**20,
+                                                 limit_mb=limit / 2**20))
     if code == "vanished":
         text = QCoreApplication.translate("KnowledgeBasesDialog", "%1 disappeared while it was being indexed.")
         return text.replace("%1", path.name)
@@ -118,7 +126,8 @@ class KnowledgeBasesDialog(QDialog):
     closes); None makes one owned by this dialog. ``embedding_model``: the embedding model's name for the
     search line, "" for none, None to find it (:func:`installed_embedding_model`).
     Public for tests and callers: :meth:`select_base`, :meth:`add_paths`, :meth:`reindex`, :meth:`cancel`,
-    :meth:`create_base`, :meth:`rename_base`, :meth:`delete_base` (all what the buttons do).
+    :meth:`create_base`, :meth:`rename_base`, :meth:`delete_base`, :meth:`remove_selected`,
+    :meth:`exclude_selected`, :meth:`include_selected` (all what the buttons do).
     """
 
     def __init__(self, store: Any, runner: IndexRunner | None = None, parent: QWidget | None = None, *,
@@ -211,10 +220,16 @@ class KnowledgeBasesDialog(QDialog):
         self.remove_button.setAccessibleName(self.tr("Remove the selected file or folder from the knowledge base"))
         self.remove_button.setToolTip(self.tr("Removes it and its passages from the index; the file on disk stays."))
         self.remove_button.clicked.connect(lambda: self.remove_selected())
+        self.exclude_button = QPushButton(self.tr("Exclude"))
+        self.exclude_button.setAccessibleName(self.tr("Exclude the selected file of a folder from the knowledge base"))
+        self.exclude_button.setToolTip(self.tr("Leaves this file of the folder out of the index (its passages are "
+                                               "removed) until you include it again; the file on disk stays."))
+        self.exclude_button.clicked.connect(lambda: self._exclude_or_include())
         self.reindex_button = QPushButton(self.tr("Re-index"))
         self.reindex_button.setAccessibleName(self.tr("Re-index the knowledge base (only what changed)"))
         self.reindex_button.clicked.connect(lambda: self.reindex())
-        for b in (self.add_files_button, self.add_folder_button, self.remove_button, self.reindex_button):
+        for b in (self.add_files_button, self.add_folder_button, self.remove_button, self.exclude_button,
+                  self.reindex_button):
             b.setAutoDefault(False)
             row.addWidget(b)
         right_lay.addLayout(row)
@@ -359,6 +374,8 @@ class KnowledgeBasesDialog(QDialog):
             title += " " + self.tr("%1 files wait to be indexed.").replace("%1", str(s["pending"]))
         self.base_title.setText(title)
         files = self.store.files(base_id)
+        excluded = self.store.excluded(base_id)
+        shown_excluded: set[Path] = set()
         claimed: set[int] = set()
         for root in self.store.roots(base_id):
             root_item = QTreeWidgetItem([str(root)])
@@ -379,6 +396,16 @@ class KnowledgeBasesDialog(QDialog):
                     child.setToolTip(0, str(f.path))
                     self._fill_file_item(child, f)
                     root_item.addChild(child)
+                for path in excluded:
+                    if covers(root, path) and path != root and path not in shown_excluded:
+                        shown_excluded.add(path)
+                        child = QTreeWidgetItem([str(path.relative_to(root)), self.tr("excluded"), "0"])
+                        child.setData(0, PATH_ROLE, str(path))
+                        child.setData(0, ROOT_ROLE, False)
+                        child.setData(0, EXCLUDED_ROLE, True)
+                        child.setToolTip(0, str(path))
+                        child.setToolTip(1, self.tr("Left out of the index by you; “Include again” indexes it."))
+                        root_item.addChild(child)
                 if inside:
                     n_err = sum(1 for f in inside if f.status == "error")
                     root_item.setText(1, self.tr("folder: %1 files, %2 with problems").replace("%1", str(len(inside)))
@@ -391,7 +418,7 @@ class KnowledgeBasesDialog(QDialog):
         self.files_tree.setColumnWidth(0, max(180, self.files_tree.viewport().width() * 45 // 100))
         for f in files:
             if f.status == "error":
-                line = problem_text(f.path, f.error_code, f.error)
+                line = problem_text(f.path, f.error_code, f.error, f.size)
                 item = QListWidgetItem(line)
                 item.setToolTip(str(f.path))
                 item.setData(PATH_ROLE, str(f.path))
@@ -403,7 +430,7 @@ class KnowledgeBasesDialog(QDialog):
 
     def _fill_file_item(self, item: QTreeWidgetItem, f: Any) -> None:
         item.setText(1, self._status_text(f))
-        item.setToolTip(1, problem_text(f.path, f.error_code, f.error) if f.status == "error" else "")
+        item.setToolTip(1, problem_text(f.path, f.error_code, f.error, f.size) if f.status == "error" else "")
         item.setText(2, str(f.passages))
 
     def _update_buttons(self) -> None:
@@ -413,6 +440,13 @@ class KnowledgeBasesDialog(QDialog):
             b.setEnabled(has_base)
         item = self.files_tree.currentItem()
         self.remove_button.setEnabled(has_base and item is not None and bool(item.data(0, ROOT_ROLE)))
+        excluded = item is not None and bool(item.data(0, EXCLUDED_ROLE))
+        self.exclude_button.setText(self.tr("Include again") if excluded else self.tr("Exclude"))
+        self.exclude_button.setAccessibleName(
+            self.tr("Include the selected file in the knowledge base again") if excluded else
+            self.tr("Exclude the selected file of a folder from the knowledge base"))
+        # only a file (or sub-folder) inside an added folder: an added path itself is removed instead
+        self.exclude_button.setEnabled(has_base and item is not None and item.parent() is not None)
 
     # ------------------------------------------------------------------ bases
     def _ask_name(self, title: str, label: str, text: str = "") -> str | None:
@@ -479,19 +513,11 @@ class KnowledgeBasesDialog(QDialog):
         if base_id is None:
             return False
         name = self.store.base(base_id).name
-        if confirm:
-            box = QMessageBox(QMessageBox.Icon.Question, self.tr("Delete knowledge base"),
-                              self.tr("Delete the knowledge base “%1” and its index? The files on disk are not "
-                                      "touched.").replace("%1", name), parent=self)
-            yes = box.addButton(self.tr("Delete"), QMessageBox.ButtonRole.DestructiveRole)
-            no = box.addButton(QMessageBox.StandardButton.Cancel)
-            box.setDefaultButton(no)  # a stray Enter keeps the base
-            box.setEscapeButton(no)
-            self.confirm_box = box
-            box.exec()
-            self.confirm_box = None
-            if box.clickedButton() is not yes:
-                return False
+        if confirm and not confirm_destructive(
+                self, self.tr("Delete knowledge base"),
+                self.tr("Delete the knowledge base “%1” and its index? The files on disk are not "
+                        "touched.").replace("%1", name), self.tr("Delete")):
+            return False
         self.runner.cancel(base_id)
         job = self.runner.job_for(base_id)
         if job is not None:
@@ -532,15 +558,70 @@ class KnowledgeBasesDialog(QDialog):
         if base_id is None or item is None or not item.data(0, ROOT_ROLE):
             return
         path = Path(item.data(0, PATH_ROLE))
-        if self.runner.job_for(base_id) is not None:
-            self.runner.cancel(base_id)  # it may be writing this file's passages
-            job = self.runner.job_for(base_id)
-            if job is not None:
-                job.wait(5.0)
+        self._stop_run(base_id)
         self.store.remove_path(base_id, path)
+        self.reports.pop(base_id, None)  # the last run's counts no longer describe the base
         self.status_label.setText(self.tr("Removed %1 from the index; the file on disk is unchanged.")
                                   .replace("%1", path.name))
         self.refresh()
+
+    def _stop_run(self, base_id: int) -> None:
+        """Cancel and wait for the base's run: it may be writing the passages of a file being removed."""
+        if self.runner.job_for(base_id) is not None:
+            self.runner.cancel(base_id)
+            job = self.runner.job_for(base_id)
+            if job is not None:
+                job.wait(5.0)
+
+    def _exclude_or_include(self) -> None:
+        item = self.files_tree.currentItem()
+        if item is not None and item.data(0, EXCLUDED_ROLE):
+            self.include_selected()
+        else:
+            self.exclude_selected()
+
+    def exclude_selected(self) -> bool:
+        """Exclude the selected file of an added folder: its passages go, indexing skips it (kept in the
+        store, so it stays excluded after a restart). True if excluded."""
+        base_id = self.current_base_id()
+        item = self.files_tree.currentItem()
+        if base_id is None or item is None or item.parent() is None or item.data(0, EXCLUDED_ROLE):
+            return False
+        path = Path(item.data(0, PATH_ROLE))
+        self._stop_run(base_id)
+        try:
+            self.store.exclude_path(base_id, path)
+        except KnowledgeError as exc:
+            self.status_label.setText(self.tr("Only a file inside an added folder can be excluded; an added file is "
+                                              "removed with Remove.") if exc.code == "not_in_folder" else str(exc))
+            return False
+        self.reports.pop(base_id, None)  # the last run's counts no longer describe the base
+        self.status_label.setText(self.tr("Excluded %1: its passages were removed from the index; the file on "
+                                          "disk is unchanged.").replace("%1", path.name))
+        self.refresh()
+        self._select_path(path)
+        return True
+
+    def include_selected(self) -> IndexJob | None:
+        """Include an excluded file again and index it (in the background)."""
+        base_id = self.current_base_id()
+        item = self.files_tree.currentItem()
+        if base_id is None or item is None or not item.data(0, EXCLUDED_ROLE):
+            return None
+        path = Path(item.data(0, PATH_ROLE))
+        self.store.include_path(base_id, path)
+        self.status_label.setText(self.tr("%1 is included again and is being indexed.").replace("%1", path.name))
+        self.refresh()
+        return self.reindex()
+
+    def _select_path(self, path: Path) -> None:
+        """Make the file list's item for ``path`` current (after a refresh rebuilt the list)."""
+        for i in range(self.files_tree.topLevelItemCount()):
+            top = self.files_tree.topLevelItem(i)
+            for item in (top, *(top.child(j) for j in range(top.childCount()))):
+                if item.data(0, PATH_ROLE) == str(path):
+                    self.files_tree.setCurrentItem(item)
+                    return
 
     def reindex(self) -> IndexJob | None:
         """Re-index the selected base: only new, changed and removed files do work."""

@@ -1033,8 +1033,10 @@ class MainWindow(QMainWindow):
         if widget is not None:
             widget.set_sources(sources)
             widget.set_status(self.tr("generating…"))
-        if prompt.note:
-            self.show_notice(prompt.note)
+        # the budget's notes are codes with numbers: worded in the interface's language
+        note = self.knowledge.budget_note_text(prompt) if self.knowledge is not None else prompt.note
+        if note:
+            self.show_notice(note)
 
     def open_source(self, message_id: int, index: int) -> None:
         """A citation [n] or a Sources entry was clicked: show its passage (and whether the file changed)."""

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.confirm import confirm_destructive
 from app.gauges import format_bytes
 from app.model_fit import FITS_CPU, FITS_GPU, NO_FIT, Hardware, fit, recommend
 from app.worker import readable_error
@@ -566,15 +567,7 @@ class ModelManagerDialog(QDialog):
 
     def _confirm_delete(self, row: dict[str, Any]) -> bool:
         question, action = self.delete_question(row)
-        box = QMessageBox(QMessageBox.Icon.Question, self.tr("Delete model"), question, parent=self)
-        yes = box.addButton(action, QMessageBox.ButtonRole.DestructiveRole)
-        no = box.addButton(QMessageBox.StandardButton.Cancel)
-        box.setDefaultButton(no)  # a stray Enter keeps the model
-        box.setEscapeButton(no)
-        self.confirm_box = box
-        box.exec()
-        self.confirm_box = None
-        return box.clickedButton() is yes
+        return confirm_destructive(self, self.tr("Delete model"), question, action)
 
     def delete_selected(self, confirm: bool = True) -> None:
         row = self.selected_row()

@@ -39,6 +39,8 @@ class PassageView:
     quote: str
     in_index: bool  # False: the passage was removed or re-indexed since the answer
     file_state: str  # "same" | "changed" | "missing"
+    # a left-out passage: why, as stored (reason_code + numbers; or an English ``reason`` of older answers)
+    left_out: dict[str, Any] | None = None
 
 
 def resolve_source(source: dict[str, Any], store: Any | None, base_ids: list[int] | None = None) -> PassageView:
@@ -64,8 +66,13 @@ def resolve_source(source: dict[str, Any], store: Any | None, base_ids: list[int
             if st.st_size != indexed.size or abs(st.st_mtime_ns / 1e9 - indexed.mtime) > 1e-6:
                 state = "changed"
     n = source.get("n")
+    left_out = None
+    if not source.get("used", True):
+        left_out = {key: source[key] for key in ("reason_code", "needs_tokens", "left_tokens", "reason")
+                    if key in source}
     return PassageView(n if source.get("used") and isinstance(n, int) else None, path,
-                       str(source.get("location", "")) or path.name, text, quote, passage is not None, state)
+                       str(source.get("location", "")) or path.name, text, quote, passage is not None, state,
+                       left_out)
 
 
 def _indexed_file(store: Any, passage: Any, base_ids: list[int]) -> Any:
@@ -129,6 +136,11 @@ class PassageDialog(QDialog):
         self.state_label.setWordWrap(True)
         self.state_label.setVisible(bool(self.state_label.text()))
         layout.addWidget(self.state_label)
+        self.left_out_label = QLabel(self.left_out_text())
+        self.left_out_label.setObjectName("passageLeftOut")
+        self.left_out_label.setWordWrap(True)
+        self.left_out_label.setVisible(view.left_out is not None)
+        layout.addWidget(self.left_out_label)
         self.text_view = QTextBrowser()
         self.text_view.setAccessibleName(self.tr("Passage text"))
         self.highlighted = ""
@@ -155,6 +167,25 @@ class PassageDialog(QDialog):
             return self.tr("The file has changed since it was indexed; the text below is the indexed copy and may "
                            "differ from the file now.")
         return ""
+
+    def left_out_text(self) -> str:
+        """Why this passage is not in the answer, in the interface's language ("" for a used one).
+
+        Stored as a code with numbers; answers saved before the codes carry an English ``reason``,
+        shown as it is."""
+        why = self.view.left_out
+        if why is None:
+            return ""
+        if why.get("reason_code") == "did_not_fit":
+            try:
+                needs, left = int(why["needs_tokens"]), int(why["left_tokens"])
+            except (KeyError, TypeError, ValueError):
+                return self.tr("Left out of the answer: it did not fit in the context.")
+            return (self.tr("Left out of the answer: this passage needs %1 tokens and only %2 were left in the "
+                            "context.").replace("%1", str(needs)).replace("%2", str(left)))
+        if why.get("reason") and "reason_code" not in why:
+            return self.tr("Left out of the answer: %1").replace("%1", str(why["reason"]))
+        return self.tr("Left out of the answer: it did not fit in the context.")
 
     def _show_text(self) -> None:
         text = self.view.text

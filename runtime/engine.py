@@ -217,6 +217,13 @@ class Engine:
         if isinstance(path, ModelData):
             data = path
         else:
+            from runtime.embedding import is_embedding_file
+
+            if is_embedding_file(path):
+                raise UnsupportedModelError(
+                    f"{Path(path).name} is an embedding model (it turns text into vectors for document "
+                    "search), not a chat model: load a chat model and let the app use this one for "
+                    "knowledge bases")
             data = _read_model(Path(path))
         model_cls = _model_class(data.config.arch)
         if data.tokenizer is None:

@@ -117,7 +117,7 @@ def page_text(rng: random.Random, number: int, chinese: bool) -> tuple[str, list
 
 def build_corpus(folder: Path, pages: int, seed: int = 0) -> dict[str, int]:
     """Write ``pages`` pages into ``folder``; returns counts of files per kind."""
-    from tests.app.knowledge_samples import multi_page_pdf
+    from tests.app.pdf_samples import pages_pdf
 
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def build_corpus(folder: Path, pages: int, seed: int = 0) -> dict[str, int]:
             lines += [line, ""]
         pdf.append(lines[:60])  # the text of one page
     if pdf:
-        multi_page_pdf(folder / "report.pdf", pdf)
+        pages_pdf(folder / "report.pdf", pdf)
         counts["pdf"] = 1
     n = pdf_pages
     file_no = 0

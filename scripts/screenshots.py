@@ -116,7 +116,7 @@ def warm_up(app, w, settings, model_path: str, lengths) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
-    ap.add_argument("--only", choices=("documents",), help="render only these screenshots (09, 10)")
+    ap.add_argument("--only", choices=("documents",), help="render only these screenshots (09, 10, 11)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -246,7 +246,7 @@ def documents_shots(app, home: Path, out: Path) -> int:
     import app.main_window as mw
     from app.main_window import MainWindow, model_key
     from app.settings_model import AppSettings, SamplingSettings
-    from tests.gui.test_gui_knowledge_chat import pages_pdf
+    from tests.app.pdf_samples import pages_pdf
     from tests.model_factory import tiny_model_files
 
     folder = tiny_model_files(home / "tiny-kb", max_position_embeddings=4096)[3]
@@ -273,6 +273,7 @@ def documents_shots(app, home: Path, out: Path) -> int:
     _wait(app, lambda: bool(w.model_info))
     reports: list = []
     w.knowledge.indexingFinished.connect(reports.append)
+    w.new_conversation()  # a chat of its own (after the other shots the last chat is reopened at start)
     w.attach_paths([str(docs / "harbour notes.md"), str(docs / "keeper manual.pdf")])
     _wait(app, lambda: bool(reports))
     original = mw.generation_settings
@@ -293,8 +294,35 @@ def documents_shots(app, home: Path, out: Path) -> int:
     _wait(app, lambda: w.passage_dialog is not None and w.passage_dialog.isVisible())
     _save(w, out / "10-passage-dialog.png", overlay=w.passage_dialog)
     w.passage_dialog.close()
+    knowledge_bases_shot(app, w, docs, out)
     w.close()
     return 0
+
+
+def knowledge_bases_shot(app, w, docs: Path, out: Path) -> None:
+    """11: Documents → Knowledge bases…: a base over a folder, indexed by the real indexer, with a
+    scanned PDF named with its reason and a file of the folder excluded with the Exclude button."""
+    from app.knowledge_dialog import KnowledgeBasesDialog
+    from tests.app.pdf_samples import blank_pdf
+
+    (docs / "old draft.md").write_text("# Draft\n\nAn outdated list of the harbour's opening hours.\n",
+                                       encoding="utf-8")
+    blank_pdf(docs / "scanned chart.pdf")
+    finished: list = []
+    w.knowledge.runner.jobFinished.connect(finished.append)
+    dlg = KnowledgeBasesDialog(w.knowledge.store, w.knowledge.runner, w)  # what the menu opens (not modal here)
+    dlg.resize(980, 560)
+    dlg.show()
+    dlg.create_base("Harbour")
+    dlg.add_paths([docs])
+    _wait(app, lambda: bool(finished))
+    top = dlg.files_tree.topLevelItem(0)
+    draft = next(top.child(i) for i in range(top.childCount()) if top.child(i).text(0) == "old draft.md")
+    dlg.files_tree.setCurrentItem(draft)
+    dlg.exclude_button.click()
+    _wait(app, lambda: True)
+    _save(w, out / "11-knowledge-bases.png", overlay=dlg)
+    dlg.close()
 
 
 if __name__ == "__main__":

@@ -656,6 +656,23 @@ ZH: dict[str, str] = {
     "the chat's attachments": '对话的附件',
     'Embedding model (for document search)': '嵌入模型（用于文档搜索）',
     'An embedding model is used by document search, not for chat': '嵌入模型用于文档搜索，不能用来聊天',
+    'The %1 oldest messages of the conversation were left out so that a source fits.': '为了放下来源段落，对话中最早的 %1 条消息被省略了。',
+    'No source passage fits in the %1-token context beside the question and a %2-token answer; the model answers without sources.': '在 %1 个词元的上下文中，除问题和 %2 个词元的回答外放不下任何来源段落；模型将在没有来源的情况下回答。',
+    '%1 of %2 passages did not fit in the %3-token context and were left out.': '%2 个段落中有 %1 个放不进 %3 个词元的上下文，未被采用。',
+    'The question and conversation alone take %1 tokens, more than the %2 left beside a %3-token answer.': '仅问题和对话就占用 %1 个词元，超过了为 %3 个词元的回答预留空间后剩下的 %2 个词元。',
+    'Left out of the answer: it did not fit in the context.': '未用于回答：上下文放不下它。',
+    'Left out of the answer: this passage needs %1 tokens and only %2 were left in the context.': '未用于回答：此段落需要 %1 个词元，而上下文中只剩 %2 个。',
+    'Left out of the answer: %1': '未用于回答：%1',
+    'Exclude': '排除',
+    'Exclude the selected file of a folder from the knowledge base': '将所选的文件夹内文件排除出知识库',
+    'Leaves this file of the folder out of the index (its passages are removed) until you include it again; the file on disk stays.': '将文件夹中的这个文件排除在索引之外（移除其段落），直到你重新包含它；磁盘上的文件保留。',
+    'excluded': '已排除',
+    'Left out of the index by you; “Include again” indexes it.': '已被你排除在索引之外；“重新包含”会再次索引它。',
+    'Include again': '重新包含',
+    'Include the selected file in the knowledge base again': '将所选文件重新包含到知识库中',
+    'Only a file inside an added folder can be excluded; an added file is removed with Remove.': '只能排除已添加文件夹中的文件；单独添加的文件请用“移除”。',
+    'Excluded %1: its passages were removed from the index; the file on disk is unchanged.': '已排除 %1：其段落已从索引中移除；磁盘上的文件未改变。',
+    '%1 is included again and is being indexed.': '%1 已重新包含，正在索引。',
 }
 
 

@@ -207,22 +207,31 @@ def make_ternary_hf_model(cfg, seed: int = 0, group_size: int = 128, dtype: torc
     """A ``Qwen3ForCausalLM`` whose ternary-class weights are exactly ternary per group."""
     from transformers import Qwen3ForCausalLM
 
+    def matrix(name: str, p: torch.Tensor, gen: torch.Generator) -> torch.Tensor | None:
+        if not _is_ternary_param(name, p):
+            return None
+        rows, cols = p.shape
+        return random_ternary(rows, cols, group_size, gen, 1.0 if "embed" in name else 1.0 / cols ** 0.5)
+
+    return _random_qwen3(lambda: Qwen3ForCausalLM(cfg), seed, matrix).to(dtype)
+
+
+def _random_qwen3(make, seed: int, matrix):
+    """``make()``'s model (built after seeding) with every parameter filled once (tied ones once):
+    ``matrix(name, p, gen)`` gives a matrix's values, or None for "not a matrix of this kind", which
+    gets random values near 1 (norms)."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).eval()
+    model = make().eval()
     with torch.no_grad():
         seen: set[int] = set()
         for name, p in model.named_parameters():
             if id(p) in seen:
                 continue
             seen.add(id(p))
-            if _is_ternary_param(name, p):
-                rows, cols = p.shape
-                scale = 1.0 if "embed" in name else 1.0 / cols ** 0.5
-                p.copy_(random_ternary(rows, cols, group_size, gen, scale))
-            else:
-                p.copy_(1.0 + 0.2 * (torch.rand(p.shape, generator=gen) - 0.5))
-    return model.to(dtype)
+            values = matrix(name, p, gen)
+            p.copy_(values if values is not None else 1.0 + 0.2 * (torch.rand(p.shape, generator=gen) - 0.5))
+    return model
 
 
 def tiny_tokenizer():
@@ -388,21 +397,12 @@ def make_dense_hf_model(cfg, seed: int = 0, dtype: torch.dtype = torch.float32):
     ``N(0, 1/cols)`` (embedding ``N(0, 1)``), norms random near 1."""
     from transformers import Qwen3ForCausalLM
 
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    model = Qwen3ForCausalLM(cfg).eval()
-    with torch.no_grad():
-        seen: set[int] = set()
-        for name, p in model.named_parameters():
-            if id(p) in seen:
-                continue
-            seen.add(id(p))
-            if p.ndim == 2:
-                scale = 1.0 if "embed" in name else 1.0 / p.shape[1] ** 0.5
-                p.copy_(torch.randn(p.shape, generator=gen) * scale)
-            else:
-                p.copy_(1.0 + 0.2 * (torch.rand(p.shape, generator=gen) - 0.5))
-    return model.to(dtype)
+    def matrix(name: str, p: torch.Tensor, gen: torch.Generator) -> torch.Tensor | None:
+        if p.ndim != 2:
+            return None
+        return torch.randn(p.shape, generator=gen) * (1.0 if "embed" in name else 1.0 / p.shape[1] ** 0.5)
+
+    return _random_qwen3(lambda: Qwen3ForCausalLM(cfg), seed, matrix).to(dtype)
 
 
 def write_embedding_hf_folder(model, tokenizer, path: str | Path, *, pooling: dict[str, Any] | None = None,

@@ -381,7 +381,7 @@ def _load_engine(args: argparse.Namespace) -> Any:
 
 
 def run_ask(args: argparse.Namespace) -> int:
-    from app.knowledge.answer import build_grounded_prompt, cited_numbers
+    from app.knowledge.answer import build_grounded_prompt, cited_numbers, left_out_reason_english
     from app.knowledge.retrieval import search
     from runtime.generation import DoneEvent, NoticeEvent, TextEvent
 
@@ -429,7 +429,7 @@ def run_ask(args: argparse.Namespace) -> int:
     items = prompt.sources_json(question)
     used = [dict(item, text=s.hit.passage.text, cited=s.number in cited)
             for item, s in zip(items, prompt.used, strict=False)]
-    left_out = items[len(prompt.used):]
+    left_out = [dict(item, reason=left_out_reason_english(item)) for item in items[len(prompt.used):]]
     st = done.stats
     if args.json:
         print(json.dumps({

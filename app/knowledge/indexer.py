@@ -17,7 +17,7 @@ import hashlib
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -59,7 +59,8 @@ class IndexProgress:
 class FileProblem:
     path: Path
     code: str  # DocumentError.code (encrypted, no_text, corrupt, binary, too_large...) or vanished/unreadable/missing
-    message: str
+    message: str  # English; interfaces word the problem from ``code`` (and ``size``) in their language
+    size: int = 0  # the file's size in bytes where known (too_large says it)
 
 
 @dataclass
@@ -83,7 +84,7 @@ def index_base(store: KnowledgeStore, base_id: int, *, embedder: Embedder | None
     """Bring the base's index up to date with its roots; see the module docstring."""
     started = time.perf_counter()
     report = IndexReport()
-    found, report.problems, report.skipped = _walk(store.roots(base_id))
+    found, report.problems, report.skipped = _walk(store.roots(base_id), store.excluded(base_id))
     known = store.file_records(base_id)
     gone = [rec.id for path, rec in known.items() if path not in found and not _problem_for(report.problems, path)]
     if gone:
@@ -121,12 +122,14 @@ def _problem_for(problems: list[FileProblem], path: Path) -> bool:
     return any(p.code in ("unreadable",) and covers(p.path, path) for p in problems)
 
 
-def _walk(roots: list[Path]) -> tuple[set[Path], list[FileProblem], list[Path]]:
+def _walk(roots: list[Path], excluded: Iterable[Path] = ()) -> tuple[set[Path], list[FileProblem], list[Path]]:
     """Indexable files under the roots; problems with the roots themselves; files of other types.
 
-    Hidden files and folders (".git", ".venv") are skipped; a folder reached twice through
-    symbolic links (a loop) is walked once.
+    Hidden files and folders (".git", ".venv") are skipped, and so are the files and folders the
+    user excluded (``excluded``; a file indexed before is then no longer found, so its passages go);
+    a folder reached twice through symbolic links (a loop) is walked once.
     """
+    left_out = set(excluded)
     files: set[Path] = set()
     problems: list[FileProblem] = []
     skipped: list[Path] = []
@@ -166,11 +169,11 @@ def _walk(roots: list[Path]) -> tuple[set[Path], list[FileProblem], list[Path]]:
                 dirs[:] = []
                 continue
             seen_dirs.add(key)
-            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and Path(folder) / d not in left_out)
             for name in names:
-                if name.startswith("."):
-                    continue
                 path = Path(folder) / name
+                if name.startswith(".") or path in left_out:
+                    continue
                 if is_indexable(path):
                     files.add(path)
                 else:
@@ -208,12 +211,13 @@ def _index_file(store: KnowledgeStore, base_id: int, path: Path, known: FileReco
     if known is not None and known.size == st.st_size and known.mtime_ns == st.st_mtime_ns:
         report.unchanged += 1
         if known.status == "error":  # same bytes as when it failed: still failing, still listed
-            report.problems.append(FileProblem(path, known.error_code, known.error))
+            report.problems.append(FileProblem(path, known.error_code, known.error, known.size))
         return
     if st.st_size > MAX_DOCUMENT_BYTES:
         limit = MAX_DOCUMENT_BYTES / 2**20
         _record(store, base_id, path, FileProblem(path, "too_large", f"{path.name} is {st.st_size / 2**20:.0f} MB; "
-                                                  f"files larger than {limit:.0f} MB are not indexed."), report,
+                                                  f"files larger than {limit:.0f} MB are not indexed.", st.st_size),
+                report,
                 size=st.st_size, mtime_ns=st.st_mtime_ns)
         return
     try:
@@ -232,7 +236,7 @@ def _index_file(store: KnowledgeStore, base_id: int, path: Path, known: FileReco
         code = "vanished" if exc.errno == errno.ENOENT else "unreadable"
         problem = FileProblem(path, code, f"{path.name}: cannot be read ({exc.strerror or exc}).")
     except DocumentError as exc:
-        problem = _vanished(path) if exc.code == "missing" else FileProblem(path, exc.code, str(exc))
+        problem = _vanished(path) if exc.code == "missing" else FileProblem(path, exc.code, str(exc), st.st_size)
     else:
         store.replace_file(base_id, path, size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, kind=doc.kind,
                            passages=passages)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.history import classify_sqlite_error
 from runtime.errors import TernaryError
 
 SCHEMA_VERSION = 1
@@ -90,6 +91,12 @@ CREATE TABLE IF NOT EXISTS vectors (
     model_id TEXT NOT NULL,
     vector BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS excluded (
+    base_id INTEGER NOT NULL REFERENCES bases(id) ON DELETE CASCADE,
+    path TEXT NOT NULL,
+    added REAL NOT NULL DEFAULT 0,
+    PRIMARY KEY (base_id, path)
+);
 CREATE TABLE IF NOT EXISTS conversation_bases (
     conversation_id INTEGER NOT NULL,
     base_id INTEGER NOT NULL REFERENCES bases(id) ON DELETE CASCADE,
@@ -109,7 +116,7 @@ CREATE TRIGGER IF NOT EXISTS passages_au AFTER UPDATE OF heading, text ON passag
     INSERT INTO passages_fts(rowid, terms) VALUES (new.id, kb_terms(new.heading, new.text));
 END;
 """
-_TABLES = ("bases", "roots", "files", "passages", "vectors", "conversation_bases", "passages_fts")
+_TABLES = ("bases", "roots", "files", "passages", "vectors", "excluded", "conversation_bases", "passages_fts")
 
 # CJK ideographs, kana, hangul: scripts written without spaces between words.
 _CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
@@ -119,7 +126,8 @@ class KnowledgeError(TernaryError):
     """A knowledge-base operation cannot be done; ``code`` names why (for translated messages).
 
     Codes: damaged, not_a_file, newer, locked, unwritable (the database file); exists, invalid_name,
-    no_base (base operations); no_fts (SQLite built without FTS5).
+    no_base (base operations); not_in_folder (only a file inside an added folder can be excluded);
+    no_fts (SQLite built without FTS5).
     """
 
     def __init__(self, code: str, message: str, version: int = 0) -> None:
@@ -129,16 +137,10 @@ class KnowledgeError(TernaryError):
 
 
 def _classify(exc: BaseException) -> str:
-    """Map an SQLite/OS error to what it means for the user's file (as app.history does)."""
-    text = str(exc).lower()
-    if "locked" in text or "busy" in text:
-        return "locked"
-    if isinstance(exc, OSError) or any(w in text for w in ("readonly", "read-only", "unable to open",
-                                                            "disk i/o", "permission", "disk is full")):
-        return "unwritable"
-    if "no such module: fts5" in text:
+    """:func:`app.history.classify_sqlite_error`, plus ``no_fts`` for an SQLite built without FTS5."""
+    if "no such module: fts5" in str(exc).lower():
         return "no_fts"
-    return "damaged"
+    return classify_sqlite_error(exc)
 
 
 def index_terms(text: str) -> str:
@@ -413,6 +415,38 @@ class KnowledgeStore:
                 p = Path(row["path"])
                 if covers(target, p) or not any(covers(root, p) for root in remaining):
                     db.execute("DELETE FROM files WHERE id=?", (row["id"],))
+            for row in db.execute("SELECT path FROM excluded WHERE base_id=?", (base_id,)).fetchall():
+                if not any(covers(root, Path(row["path"])) for root in remaining):  # its folder is gone
+                    db.execute("DELETE FROM excluded WHERE base_id=? AND path=?", (base_id, row["path"]))
+
+    def exclude_path(self, base_id: int, path: str | os.PathLike[str]) -> None:
+        """Leave one file (or sub-folder) of an added folder out of the base: its passages go now,
+        and indexing skips it until :meth:`include_path`. Remembered in the store (survives restarts).
+
+        Raises :class:`KnowledgeError` ``not_in_folder`` for a path no added folder holds (an added
+        path itself is removed with :meth:`remove_path` instead)."""
+        self._require_base(base_id)
+        target = _normal_path(path)
+        roots = self.roots(base_id)
+        if not any(covers(root, target) and root != target for root in roots):
+            raise KnowledgeError("not_in_folder", f"{target} is not inside a folder of this knowledge base; "
+                                                  "remove it instead.")
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO excluded(base_id, path, added) VALUES (?,?,?)",
+                       (base_id, str(target), time.time()))
+            for row in db.execute("SELECT id, path FROM files WHERE base_id=?", (base_id,)).fetchall():
+                if covers(target, Path(row["path"])):
+                    db.execute("DELETE FROM files WHERE id=?", (row["id"],))
+
+    def include_path(self, base_id: int, path: str | os.PathLike[str]) -> None:
+        """Undo :meth:`exclude_path`: the next indexing run reads the file again. Not excluded: no-op."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM excluded WHERE base_id=? AND path=?", (base_id, str(_normal_path(path))))
+
+    def excluded(self, base_id: int) -> list[Path]:
+        """The files and folders left out of the base's folders, by path."""
+        return [Path(r["path"]) for r in self._query("SELECT path FROM excluded WHERE base_id=? ORDER BY path",
+                                                     (base_id,))]
 
     def roots(self, base_id: int) -> list[Path]:
         return [Path(r["path"]) for r in self._query("SELECT path FROM roots WHERE base_id=? ORDER BY id", (base_id,))]
@@ -632,7 +666,8 @@ def _blob(vector: np.ndarray) -> bytes:
 
 # -- opening a store that may be damaged --------------------------------------------------------
 def _salvage(damaged: Path, store: KnowledgeStore) -> int:
-    """Copy the bases, their paths and chats' choices still readable in ``damaged``; returns how many bases.
+    """Copy the bases, their paths, exclusions and chats' choices still readable in ``damaged``; returns
+    how many bases.
 
     Files and passages are not copied: indexing the bases again rebuilds them from the user's files.
     """
@@ -649,6 +684,10 @@ def _salvage(damaged: Path, store: KnowledgeStore) -> int:
             chosen = src.execute("SELECT conversation_id, base_id FROM conversation_bases").fetchall()
         except sqlite3.Error:
             return 0
+        try:
+            excluded = src.execute("SELECT base_id, path, added FROM excluded").fetchall()
+        except sqlite3.Error:  # a file from before exclusions, or that table is what is damaged
+            excluded = []
     with store.transaction() as db:
         for b in bases:
             try:
@@ -661,6 +700,10 @@ def _salvage(damaged: Path, store: KnowledgeStore) -> int:
             with contextlib.suppress(sqlite3.Error, ValueError, TypeError):
                 db.execute("INSERT OR IGNORE INTO roots(base_id, path, added) SELECT ?,?,? WHERE EXISTS "
                            "(SELECT 1 FROM bases WHERE id=?)", (r["base_id"], r["path"], r["added"], r["base_id"]))
+        for e in excluded:
+            with contextlib.suppress(sqlite3.Error, ValueError, TypeError):
+                db.execute("INSERT OR IGNORE INTO excluded(base_id, path, added) SELECT ?,?,? WHERE EXISTS "
+                           "(SELECT 1 FROM bases WHERE id=?)", (e["base_id"], e["path"], e["added"], e["base_id"]))
         for c in chosen:
             with contextlib.suppress(sqlite3.Error, ValueError, TypeError):
                 db.execute("INSERT OR IGNORE INTO conversation_bases SELECT ?, ? WHERE EXISTS "

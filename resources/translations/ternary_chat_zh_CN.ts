@@ -133,6 +133,22 @@
             <source>Indexing failed: %1</source>
             <translation>建立索引失败：%1</translation>
         </message>
+        <message>
+            <source>The %1 oldest messages of the conversation were left out so that a source fits.</source>
+            <translation>为了放下来源段落，对话中最早的 %1 条消息被省略了。</translation>
+        </message>
+        <message>
+            <source>No source passage fits in the %1-token context beside the question and a %2-token answer; the model answers without sources.</source>
+            <translation>在 %1 个词元的上下文中，除问题和 %2 个词元的回答外放不下任何来源段落；模型将在没有来源的情况下回答。</translation>
+        </message>
+        <message>
+            <source>%1 of %2 passages did not fit in the %3-token context and were left out.</source>
+            <translation>%2 个段落中有 %1 个放不进 %3 个词元的上下文，未被采用。</translation>
+        </message>
+        <message>
+            <source>The question and conversation alone take %1 tokens, more than the %2 left beside a %3-token answer.</source>
+            <translation>仅问题和对话就占用 %1 个词元，超过了为 %3 个词元的回答预留空间后剩下的 %2 个词元。</translation>
+        </message>
     </context>
     <context>
         <name>ChatView</name>
@@ -625,6 +641,18 @@
             <translation>从索引中移除它及其段落；磁盘上的文件保留。</translation>
         </message>
         <message>
+            <source>Exclude</source>
+            <translation>排除</translation>
+        </message>
+        <message>
+            <source>Exclude the selected file of a folder from the knowledge base</source>
+            <translation>将所选的文件夹内文件排除出知识库</translation>
+        </message>
+        <message>
+            <source>Leaves this file of the folder out of the index (its passages are removed) until you include it again; the file on disk stays.</source>
+            <translation>将文件夹中的这个文件排除在索引之外（移除其段落），直到你重新包含它；磁盘上的文件保留。</translation>
+        </message>
+        <message>
             <source>Re-index</source>
             <translation>重新索引</translation>
         </message>
@@ -705,8 +733,24 @@
             <translation>%1 个文件等待索引。</translation>
         </message>
         <message>
+            <source>excluded</source>
+            <translation>已排除</translation>
+        </message>
+        <message>
+            <source>Left out of the index by you; “Include again” indexes it.</source>
+            <translation>已被你排除在索引之外；“重新包含”会再次索引它。</translation>
+        </message>
+        <message>
             <source>folder: %1 files, %2 with problems</source>
             <translation>文件夹：%1 个文件，%2 个有问题</translation>
+        </message>
+        <message>
+            <source>Include again</source>
+            <translation>重新包含</translation>
+        </message>
+        <message>
+            <source>Include the selected file in the knowledge base again</source>
+            <translation>将所选文件重新包含到知识库中</translation>
         </message>
         <message>
             <source>A knowledge base named “%1” already exists.</source>
@@ -767,6 +811,18 @@
         <message>
             <source>Removed %1 from the index; the file on disk is unchanged.</source>
             <translation>已从索引中移除 %1；磁盘上的文件未改变。</translation>
+        </message>
+        <message>
+            <source>Only a file inside an added folder can be excluded; an added file is removed with Remove.</source>
+            <translation>只能排除已添加文件夹中的文件；单独添加的文件请用“移除”。</translation>
+        </message>
+        <message>
+            <source>Excluded %1: its passages were removed from the index; the file on disk is unchanged.</source>
+            <translation>已排除 %1：其段落已从索引中移除；磁盘上的文件未改变。</translation>
+        </message>
+        <message>
+            <source>%1 is included again and is being indexed.</source>
+            <translation>%1 已重新包含，正在索引。</translation>
         </message>
         <message>
             <source>Cancelling after the current file…</source>
@@ -1827,6 +1883,18 @@
         <message>
             <source>The file has changed since it was indexed; the text below is the indexed copy and may differ from the file now.</source>
             <translation>文件在建立索引后已被修改；下面是索引中的文本，可能与现在的文件不同。</translation>
+        </message>
+        <message>
+            <source>Left out of the answer: it did not fit in the context.</source>
+            <translation>未用于回答：上下文放不下它。</translation>
+        </message>
+        <message>
+            <source>Left out of the answer: this passage needs %1 tokens and only %2 were left in the context.</source>
+            <translation>未用于回答：此段落需要 %1 个词元，而上下文中只剩 %2 个。</translation>
+        </message>
+        <message>
+            <source>Left out of the answer: %1</source>
+            <translation>未用于回答：%1</translation>
         </message>
         <message>
             <source>The file is no longer at %1.</source>

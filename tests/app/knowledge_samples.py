@@ -10,40 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def multi_page_pdf(path: Path, pages: list[list[str]]) -> Path:
-    """A PDF with one page per entry of ``pages``, each a list of ASCII lines in Helvetica."""
-    page_ids = [3 + 2 * i for i in range(len(pages))]
-    font_id = 3 + 2 * len(pages)
-    objects: dict[int, bytes] = {
-        1: b"<< /Type /Catalog /Pages 2 0 R >>",
-        2: b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % i for i in page_ids) + b"] /Count %d >>" % len(pages),
-        font_id: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
-    }
-    for pid, lines in zip(page_ids, pages, strict=True):
-        ops = ["BT", "/F1 11 Tf", "13 TL", "72 740 Td"]
-        for line in lines:
-            safe = line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-            ops.append(f"({safe}) Tj T*")
-        ops.append("ET")
-        stream = "\n".join(ops).encode("latin-1")
-        objects[pid] = (b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-                        b"/Resources << /Font << /F1 %d 0 R >> >> >>" % (pid + 1, font_id))
-        objects[pid + 1] = b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream"
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = {}
-    for number in sorted(objects):
-        offsets[number] = len(out)
-        out += b"%d 0 obj\n" % number + objects[number] + b"\nendobj\n"
-    xref = len(out)
-    count = max(objects) + 1
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % count
-    for number in range(1, count):
-        out += b"%010d 00000 n \n" % offsets[number]
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (count, xref)
-    path.write_bytes(bytes(out))
-    return path
-
+from tests.app.pdf_samples import pages_pdf
 
 ORION_MD = """# Orion X200 accelerator
 
@@ -293,7 +260,7 @@ def write_corpus(folder: Path) -> Path:
     town = ["town of Valmora", "river Lenne", "bridge", "mill", "festival", "library", "population", "history"]
     (folder / "valmora.txt").write_text(_padded(VALMORA_TXT, town, 3), encoding="utf-8")
     (folder / "brennfeld.txt").write_text(_padded(BRENNFELD_TXT, town, 4), encoding="utf-8")
-    multi_page_pdf(folder / "bread.pdf", BREAD_PDF_PAGES)
+    pages_pdf(folder / "bread.pdf", BREAD_PDF_PAGES)
     tea = ["龙井茶", "普洱茶", "乌龙茶", "红茶", "发酵", "茶叶产地", "冲泡方法", "绿茶"]
     (folder / "tea.txt").write_text(_padded(TEA_ZH, tea, 5, chinese=True), encoding="utf-8")
     (folder / "coffee.txt").write_text(_padded(COFFEE_ZH, ["咖啡", "产区", "云南", "发酵"], 6, chinese=True),

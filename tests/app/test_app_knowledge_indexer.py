@@ -10,8 +10,7 @@ from app.knowledge.indexer import IndexProgress, index_base
 from app.knowledge.retrieval import search
 from app.knowledge.store import KnowledgeStore
 from runtime.generation import CancelToken
-from tests.app.knowledge_samples import multi_page_pdf
-from tests.app.pdf_samples import blank_pdf
+from tests.app.pdf_samples import blank_pdf, pages_pdf
 
 
 def _base(tmp_path, *paths):
@@ -67,7 +66,7 @@ def test_bad_files_each_get_a_message_and_the_rest_is_indexed(tmp_path, monkeypa
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "good.md").write_text("# Good\n\nThe good file mentions zeppelins.\n", encoding="utf-8")
-    multi_page_pdf(docs / "pages.pdf", [["Page one text about kites."], ["Page two text about gliders."]])
+    pages_pdf(docs / "pages.pdf", [["Page one text about kites."], ["Page two text about gliders."]])
     blank_pdf(docs / "locked.pdf", password="secret")
     blank_pdf(docs / "scan.pdf")
     (docs / "broken.docx").write_bytes(b"PK\x03\x04 this is not really a zip archive" * 4)
@@ -169,6 +168,10 @@ def test_walk_skips_hidden_unsupported_large_and_symlink_loops(tmp_path, monkeyp
     assert report.added == 1 and [p.name for p in report.skipped] == ["picture.png"]
     assert {p.path.name: p.code for p in report.problems} == {"big.txt": "too_large", "gone.md": "missing",
                                                              "missing-folder": "missing"}
+    big = next(p for p in report.problems if p.code == "too_large")
+    assert big.size == 5000  # for the interfaces' own wording of the size
+    again = index_base(store, base_id)  # unchanged and still too large: said again, with its size
+    assert [p.size for p in again.problems if p.code == "too_large"] == [5000]
     assert search(store, [base_id], "println")[0].passage.location() == "code.rs, fn main"
 
 
@@ -220,3 +223,50 @@ def test_a_folder_that_cannot_be_listed_keeps_its_passages(tmp_path, monkeypatch
     again = index_base(store, base_id)
     assert again.removed == 2 and not again.problems  # p.txt, and the folder's "cannot be read" entry
     assert search(store, [base_id], "private") == []
+
+
+def test_an_excluded_file_of_a_folder_loses_its_passages_until_included_again(tmp_path):
+    from app.knowledge.store import KnowledgeError
+
+    docs = tmp_path / "docs"
+    _notes(docs / "sub", 2)
+    _notes(docs, 3)
+    (tmp_path / "alone.md").write_text("# Alone\n\nA file added on its own.\n", encoding="utf-8")
+    store, base_id = _base(tmp_path, docs, tmp_path / "alone.md")
+    first = index_base(store, base_id)
+    assert first.added == 6
+    target = docs / "note001.md"
+    before = {f.path: f.passages for f in store.files(base_id)}
+    assert before[target] > 0
+
+    store.exclude_path(base_id, target)
+    store.exclude_path(base_id, docs / "sub")  # a sub-folder: everything under it
+    assert store.excluded(base_id) == [target, docs / "sub"]
+    assert target not in {f.path for f in store.files(base_id)}  # its passages went at once
+    assert store.passage_count([base_id]) == sum(n for p, n in before.items() if p.parent == docs or p.name == "alone.md") \
+        - before[target]
+    assert not [h for h in search(store, [base_id], "note1 paragraph0") if h.passage.path == target]
+    again = index_base(store, base_id)  # the indexer skips it: not added back, not a problem, not "skipped"
+    assert again.added == 0 and not again.problems and target not in again.skipped
+    assert {f.path.name for f in store.files(base_id)} == {"note000.md", "note002.md", "alone.md"}
+
+    with pytest.raises(KnowledgeError) as err:  # an added path itself is removed, not excluded
+        store.exclude_path(base_id, tmp_path / "alone.md")
+    assert err.value.code == "not_in_folder"
+    with pytest.raises(KnowledgeError):
+        store.exclude_path(base_id, tmp_path / "elsewhere.md")
+
+    store.close()  # the exclusion survives a restart
+    store = KnowledgeStore(tmp_path / "kb.sqlite3")
+    assert store.excluded(base_id) == [target, docs / "sub"]
+    assert index_base(store, base_id).added == 0
+
+    store.include_path(base_id, target)
+    store.include_path(base_id, target)  # twice: no-op
+    assert store.excluded(base_id) == [docs / "sub"]
+    back = index_base(store, base_id)
+    assert back.added == 1 and {f.path: f.passages for f in store.files(base_id)}[target] == before[target]
+
+    store.remove_path(base_id, docs)  # the folder goes: so do its exclusions
+    assert store.excluded(base_id) == []
+    store.close()

@@ -6,7 +6,7 @@ import docx
 
 from app.documents import Document, extract_text
 from app.knowledge.passages import MAX_TOKENS, TARGET_TOKENS, estimate_tokens, split_document
-from tests.app.knowledge_samples import multi_page_pdf
+from tests.app.pdf_samples import pages_pdf
 
 
 def _doc(kind, text, **kw):
@@ -67,7 +67,7 @@ def test_code_splits_at_definitions_with_start_lines():
 
 def test_pdf_passages_know_their_page(tmp_path):
     pages = [[f"Page {n} line {i} about the subject of chapter {n}." for i in range(8)] for n in range(1, 4)]
-    doc = extract_text(multi_page_pdf(tmp_path / "m.pdf", pages))
+    doc = extract_text(pages_pdf(tmp_path / "m.pdf", pages))
     assert doc.pages == 3 and len(doc.page_texts) == 3 and "Page 2 line 0" in doc.page_texts[1]
     passages = split_document(doc)
     assert [p.page for p in passages] == [1, 2, 3] and all(p.line is None for p in passages)

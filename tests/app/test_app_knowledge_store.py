@@ -121,13 +121,15 @@ def test_damaged_file_is_moved_aside_and_a_fresh_store_starts(tmp_path):
     assert message is None and again.bases()[0].name == "works"
 
 
-def test_salvage_keeps_bases_roots_and_choices(tmp_path):
+def test_salvage_keeps_bases_roots_exclusions_and_choices(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "a.txt").write_text("salvaged words", encoding="utf-8")
+    (docs / "draft.txt").write_text("left out on purpose", encoding="utf-8")
     old = KnowledgeStore(tmp_path / "old.sqlite3")
     base = old.create_base("Keep me")
     old.add_paths(base.id, [docs])
+    old.exclude_path(base.id, docs / "draft.txt")
     old.set_conversation_bases(3, [base.id])
     index_base(old, base.id)
     old.close()
@@ -135,7 +137,8 @@ def test_salvage_keeps_bases_roots_and_choices(tmp_path):
     assert _salvage(tmp_path / "old.sqlite3", fresh) == 1
     kept = fresh.base_named("Keep me")
     assert fresh.roots(kept.id) == [docs] and fresh.conversation_bases(3) == [kept.id]
-    assert index_base(fresh, kept.id).added == 1  # re-indexing rebuilds the passages
+    assert fresh.excluded(kept.id) == [docs / "draft.txt"]
+    assert index_base(fresh, kept.id).added == 1  # re-indexing rebuilds the passages, still without the draft
 
 
 def test_not_a_file_and_another_programs_database(tmp_path):

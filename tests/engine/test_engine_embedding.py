@@ -250,3 +250,14 @@ def test_is_embedding_file_tells_embedding_models_from_chat_models(dense, dense_
     assert not any(is_embedding_file(tmp_path / n) for n in ("junk.gguf", "missing.gguf"))
     assert not is_embedding_file(mf.write_hf_folder(mf.make_ternary_hf_model(mf.tiny_qwen3_config()), tok,
                                                      tmp_path / "chat-hf"))
+
+
+def test_engine_refuses_an_embedding_model_as_chat_model(dense, dense_folder, tmp_path):
+    from runtime.engine import Engine
+    from runtime.errors import UnsupportedModelError
+
+    model, tok = dense
+    emb = write_gguf(mf.dense_model_data(model, tok), tmp_path / "emb.gguf", "F16", extra_metadata=GGUF_POOLING)
+    for path in (emb, dense_folder):
+        with pytest.raises(UnsupportedModelError, match="embedding model"):
+            Engine.load(path, device="cpu")

@@ -545,3 +545,55 @@ def test_a_dialog_opened_during_a_run_shows_it_and_can_cancel_it(qtbot, store, t
     assert job.report.cancelled and job.report.added == 1
     assert dlg.progress_label.text() == "Indexing “Big” was cancelled." and not dlg.progress_bar.isVisible()
     assert runner.shutdown(2)
+
+
+def _file_item(dlg: KnowledgeBasesDialog, name: str):
+    for i in range(dlg.files_tree.topLevelItemCount()):
+        top = dlg.files_tree.topLevelItem(i)
+        for k in range(top.childCount()):
+            if Path(top.child(k).text(0)).name == name:
+                return top.child(k)
+    raise AssertionError(f"{name} not in the file list")
+
+
+def test_exclude_a_file_of_a_folder_and_include_it_again_across_a_restart(qtbot, make_dialog, store, tmp_path):
+    folder = write_folder(tmp_path / "docs")
+    dlg = make_dialog()
+    base_id = dlg.create_base("Docs")
+    run_and_wait(qtbot, dlg, lambda: dlg.add_paths([folder]))
+    assert store.fts_search([base_id], "quokkalith", 5)
+    top = dlg.files_tree.topLevelItem(0)
+    dlg.files_tree.setCurrentItem(top)  # the added folder itself: removed, not excluded
+    assert dlg.remove_button.isEnabled() and not dlg.exclude_button.isEnabled()
+
+    dlg.files_tree.setCurrentItem(_file_item(dlg, "guide.txt"))
+    assert dlg.exclude_button.isEnabled() and dlg.exclude_button.text() == "Exclude"
+    assert not dlg.remove_button.isEnabled()
+    dlg.exclude_button.click()
+    assert store.fts_search([base_id], "quokkalith", 5) == []  # its passages went at once
+    assert store.fts_search([base_id], "zephyrine", 5)  # the rest stays
+    assert tree_rows(dlg)["guide.txt"] == ("excluded", "0")
+    assert dlg.files_tree.currentItem().text(0) == "guide.txt"  # still selected, now to include it again
+    assert dlg.exclude_button.text() == "Include again"
+    assert "Excluded guide.txt" in dlg.status_label.text() and (folder / "guide.txt").exists()
+    job = run_and_wait(qtbot, dlg, dlg.reindex)
+    assert job.report.added == 0 and store.fts_search([base_id], "quokkalith", 5) == []
+    dlg.close()
+
+    again = KnowledgeStore(store.path)  # a restart: the exclusion is in the database
+    try:
+        runner = IndexRunner(again.path)
+        dlg2 = KnowledgeBasesDialog(again, runner, embedding_model="")
+        qtbot.addWidget(dlg2)
+        dlg2.show()
+        dlg2.select_base(base_id)
+        assert tree_rows(dlg2)["guide.txt"] == ("excluded", "0")
+        dlg2.files_tree.setCurrentItem(_file_item(dlg2, "guide.txt"))
+        job = run_and_wait(qtbot, dlg2, dlg2.exclude_button.click)  # "Include again" indexes it
+        assert job.report.added == 1 and again.excluded(base_id) == []
+        assert again.fts_search([base_id], "quokkalith", 5)
+        assert tree_rows(dlg2)["guide.txt"][0] == "indexed"
+        dlg2.close()
+        assert runner.shutdown(5.0)
+    finally:
+        again.close()

@@ -15,7 +15,7 @@ from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QTimer, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QMenu
 
-from tests.app.pdf_samples import blank_pdf
+from tests.app.pdf_samples import blank_pdf, pages_pdf
 from tests.gui.conftest import settings_for
 
 ANSWER = "The harbour gate code is PELICAN-42 and it changes every spring."
@@ -50,33 +50,6 @@ def kb_window(qtbot, kb_model_path):
     for w in windows:
         if w.isVisible() or w.host.thread.isRunning():
             w.close()
-
-
-def pages_pdf(path: Path, pages: list[list[str]]) -> Path:
-    """A PDF of several pages, each with its own text layer (Helvetica, ASCII)."""
-    n = len(pages)
-    objects: list[bytes] = [b"<< /Type /Catalog /Pages 2 0 R >>",
-                            b"<< /Type /Pages /Kids [" + b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(n))
-                            + b"] /Count %d >>" % n,
-                            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    for i, lines in enumerate(pages):
-        ops = ["BT", "/F1 12 Tf", "14 TL", "72 720 Td"]
-        ops += ["(" + line.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)") + ") Tj T*" for line in lines]
-        stream = "\n".join([*ops, "ET"]).encode("latin-1")
-        objects.append(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R "
-                       b"/Resources << /Font << /F1 3 0 R >> >> >>" % (5 + 2 * i))
-        objects.append(b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream")
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % off for off in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
-    path.write_bytes(bytes(out))
-    return path
 
 
 def _documents(folder: Path) -> tuple[Path, Path]:
@@ -212,32 +185,54 @@ def test_gui_sources_survive_a_restart_and_say_when_the_file_changed(qtbot, kb_w
     dlg.close()
 
 
+def _answer_widget(qtbot, message_id: int, text: str, sources: list[dict]) -> tuple[object, list]:
+    """An assistant message showing ``text`` with ``sources``, and the list its source clicks go to."""
+    from app.chat_view import MessageWidget
+
+    w = MessageWidget(message_id, "assistant")
+    qtbot.addWidget(w)
+    w.show()
+    w.set_text(text, "")
+    w.set_sources(sources)
+    clicked: list = []
+    w.sourceRequested.connect(lambda mid, i: clicked.append((mid, i)))
+    return w, clicked
+
+
 def test_gui_citation_numbers_in_the_answer_are_links(qtbot):
     """[n] in an answer links to source n (not inside code, not numbers without a source)."""
-    from app.chat_view import MessageWidget, link_citations
+    from app.chat_view import link_citations
 
     sources = [{"n": 1, "passage_id": 7, "path": "/x/a.md", "location": "a.md, Intro", "quote": "alpha", "used": True},
                {"n": 2, "passage_id": 8, "path": "/x/b.md", "location": "b.md", "quote": "beta", "used": True},
                {"n": None, "passage_id": 9, "path": "/x/c.md", "location": "c.md, line 4", "quote": "gamma",
                 "used": False}]
-    w = MessageWidget(5, "assistant")
-    qtbot.addWidget(w)
-    w.show()
-    w.set_text("Alpha holds [1], both say so [1, 2]. Not `x[1]` nor [9]. 中文【2】", "")
-    w.set_sources(sources)
+    w, clicked = _answer_widget(qtbot, 5, "Alpha holds [1], both say so [1, 2]. Not `x[1]` nor [9]. 中文【2】",
+                                sources)
     body = w.body.toHtml()
     assert 'href="cite:1"' in body and 'href="cite:2"' in body and 'href="cite:9"' not in body
     assert "【2】" in w.body.toPlainText()
     assert "x[1]" in w.body.toPlainText() and "[9]" in w.body.toPlainText()
     assert "Left out (did not fit in the context): c.md, line 4" in w.sources_view.toPlainText()
-    clicked = []
-    w.sourceRequested.connect(lambda mid, i: clicked.append((mid, i)))
     _click_link(qtbot, w.body, "cite:2")
     _click_link(qtbot, w.sources_view, "source:2")  # a left-out passage opens too
     assert clicked == [(5, 1), (5, 2)]
     assert link_citations("```\n[1]\n```\n[1]", {1}) == "```\n[1]\n```\n[\\[1\\]](cite:1)"
     assert link_citations("[1]: https://x\nsee [1](https://y)", {1}) == "[1]: https://x\nsee [1](https://y)"
     assert link_citations("中文【2】", {2}) == "中文[【2】](cite:2)"
+
+
+def test_gui_every_number_of_a_cited_range_is_a_link(qtbot):
+    """[1-3] and 【1–3】 cite 1, 2 and 3: each is shown and clickable (needs app.chat_view to use
+    app.knowledge.answer.link_citations)."""
+    sources = [{"n": n, "passage_id": n, "path": f"/x/{n}.md", "location": f"{n}.md", "quote": "q", "used": True}
+               for n in (1, 2, 3)]
+    w, clicked = _answer_widget(qtbot, 6, "Both say so [1-3]. 中文【1–3】 and [2]–[3].", sources)
+    body = w.body.toHtml()
+    assert [body.count(f'href="cite:{n}"') for n in (1, 2, 3)] == [2, 3, 3]
+    assert "[1][2][3]" in w.body.toPlainText() and "【1】【2】【3】" in w.body.toPlainText()
+    _click_link(qtbot, w.body, "cite:2")  # the middle of the range, not written in the answer
+    assert clicked == [(6, 1)]
 
 
 def test_gui_bad_file_among_good_ones_and_removing_attachments(qtbot, kb_window, tmp_path):
