@@ -9,6 +9,7 @@ python -m pip install -q --upgrade pip
 # CPU torch from the pinned wheel first, so nothing pulls a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q -e ".[test]"
+bash scripts/install_arm_toolchain.sh || true  # ARM cross gcc + qemu; tests/cpu/test_cpu_neon_qemu.py fails if missing
 export TRITON_INTERPRET=1 QT_QPA_PLATFORM=offscreen
 ruff check runtime app tests
 python -m pytest -q -m "not gpu" tests "$@"

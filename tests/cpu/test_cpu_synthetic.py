@@ -11,12 +11,12 @@ from runtime.formats.codecs import codes_of
 from runtime.formats.model_data import T3, DenseTensor, TernaryTensor
 from runtime.model.config import SYNTHETIC_CONFIGS
 from runtime.synthetic import (
-    qwen3_tensor_specs,
     random_ternary,
     synthetic_config,
     synthetic_model,
     synthetic_tensors,
     synthetic_tokenizer,
+    tensor_specs,
     to_encoding,
 )
 
@@ -30,7 +30,7 @@ def _small_qwen3():
 @pytest.mark.parametrize("name", ["bonsai-1.7b", "bonsai-4b", "bonsai-8b"])
 def test_qwen3_specs_have_exact_bonsai_shapes(name: str) -> None:
     cfg = SYNTHETIC_CONFIGS[name]
-    specs = {s.name: s for s in qwen3_tensor_specs(cfg)}
+    specs = {s.name: s for s in tensor_specs(cfg)}
     assert specs["model.embed_tokens.weight"].shape == (151_669, cfg.hidden_size)
     assert specs["model.layers.0.mlp.down_proj.weight"].shape == (cfg.hidden_size, cfg.intermediate_size)
     assert specs["model.layers.0.self_attn.k_proj.weight"].shape == (cfg.num_kv_heads * 128, cfg.hidden_size)

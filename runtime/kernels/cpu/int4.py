@@ -1,6 +1,6 @@
 """Fallback CPU ternary matmul through torch's own group-quantized int4 kernels (no compiler needed).
 
-Why it exists: :mod:`runtime.kernels.cpu_ternary` (exact, fastest) needs a C compiler once. Without
+Why it exists: :mod:`runtime.kernels.cpu.ternary` (exact, fastest) needs a C compiler once. Without
 one, this backend still avoids a dense copy of the weights. A ternary weight ``w = t * s`` maps to
 int4 ``q = t + 8`` with scale ``s`` and zero ``0``: torch's kernel dequantizes ``(q - 8) * scale +
 zero`` (verified in tests/cpu).

@@ -1,0 +1,65 @@
+"""scripts/bench_cpu.py: engine names, background hogs that end with the run, per-row memory facts."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_cpu", ROOT / "scripts" / "bench_cpu.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_cpu"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_engine_names(bench) -> None:
+    assert bench.parse_system("ours") == {"kind": "ours", "isa": None, "activations": None, "file": "ours"}
+    assert bench.parse_system("ours:avx2:exact")["isa"] == "avx2"
+    assert bench.parse_system("ours:avx2:exact")["activations"] == "exact"
+    assert bench.parse_system("llama-avx2:TQ2_0") == {"kind": "llama-avx2", "gguf": "TQ2_0", "file": "llama:TQ2_0"}
+    for bad in ("ours:sse4", "ours:avx2:int4", "llama:Q4_0", "llama", "mlc"):
+        with pytest.raises(ValueError):
+            bench.parse_system(bad)
+
+
+def test_bad_arguments_are_refused_before_any_work(bench, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--only", "ours:sse4"], ["--shape", "3b"], ["--hog", "-1"],
+                 ["--only", "llama-avx2:TQ2_0", "--llama-path", "/nonexistent"]):
+        with pytest.raises(SystemExit) as exc:
+            bench.main(argv)
+        assert exc.value.code == 2, argv
+    assert "unknown shape '3b'" in capsys.readouterr().err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("priority", [False, True])
+def test_hogs_run_in_their_own_sessions_and_stop(bench, priority: bool) -> None:
+    with bench.Hogs(2, priority) as hogs:
+        pids = [p.pid for p in hogs.procs]
+        assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        assert all(os.getsid(pid) == pid for pid in pids)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_memory_now_splits_anonymous_and_file_pages(bench) -> None:
+    mem = bench.memory_now()
+    assert set(mem) == {"rss", "anon", "file", "peak"}
+    assert mem["anon"] > 0 and mem["file"] > 0 and mem["peak"] >= mem["rss"]
+    assert mem["anon"] + mem["file"] <= mem["rss"] + 1024 * 1024  # RssShmem is the rest
+    assert set(bench.cpu_flags()) <= set(bench.RELEVANT_FLAGS)
