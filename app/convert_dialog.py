@@ -7,11 +7,10 @@ cancelled) while this dialog shows the stage and bytes. The result is added to t
 
 from __future__ import annotations
 
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, QRunnable, QThreadPool, Signal
 from PySide6.QtWidgets import (
     QDialog,
     QDialogButtonBox,
@@ -26,44 +25,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gauges import format_bytes
-from app.worker import readable_error
+from app.errors import readable_error
+from app.jobs import Job
+from runtime.devices import format_bytes
 
 
-class _Signals(QObject):
-    progress = Signal(str, int, int, str)
-    done = Signal(object)
-    failed = Signal(str)
-    cancelled = Signal()
+def convert_work(src: str, out: str) -> Callable[[Job], Any]:
+    """The work of a conversion :class:`Job`; progress is ``(stage, done, total, detail)``."""
 
-
-class ConvertJob(QRunnable):
-    def __init__(self, src: str, out: str) -> None:
-        super().__init__()
-        self.src, self.out = src, out
-        self.cancel_event = threading.Event()
-        self.signals = _Signals()
-
-    def run(self) -> None:
-        from runtime.errors import CancelledError
+    def work(job: Job) -> Any:
         from runtime.formats.convert import convert
 
-        try:
-            result = convert(self.src, self.out, progress=self.signals.progress.emit,
-                             cancel=self.cancel_event.is_set)
-        except CancelledError:
-            self.signals.cancelled.emit()
-        except BaseException as exc:  # noqa: BLE001 - shown to the user
-            self.signals.failed.emit(readable_error(exc))
-        else:
-            self.signals.done.emit(result)
+        return convert(src, out, progress=lambda *p: job.report(p), cancel=job.cancel_event.is_set)
+    return work
 
 
 class ConvertDialog(QDialog):
     def __init__(self, window: Any, parent: QWidget | None = None) -> None:
         super().__init__(parent or window)
         self.window = window
-        self.job: ConvertJob | None = None
+        self.job: Job | None = None
         self.result: Any = None
         self.error = ""
         self.setWindowTitle(self.tr("Convert to .ternary"))
@@ -116,7 +97,7 @@ class ConvertDialog(QDialog):
             self.src_edit.setText(path)
 
     def _suggest_output(self, text: str) -> None:
-        from app.paths import default_models_dir
+        from app.core.paths import default_models_dir
 
         if text.strip():
             name = Path(text.strip()).name
@@ -132,17 +113,17 @@ class ConvertDialog(QDialog):
             self.status.setText(self.tr("The output must be a file name ending in .ternary."))
             return
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        self.job = ConvertJob(src, out)
-        self.job.setAutoDelete(False)
-        self.job.signals.progress.connect(self._on_progress)
-        self.job.signals.done.connect(self._on_done)
-        self.job.signals.failed.connect(self._on_failed)
-        self.job.signals.cancelled.connect(self._on_cancelled)
+        self.job = Job(convert_work(src, out), self)
+        self.job.progress.connect(self._on_progress)
+        self.job.finished.connect(self._on_done)
+        self.job.failed.connect(self._on_failed)
+        self.job.cancelled.connect(self._on_cancelled)
         self.start_button.setEnabled(False)
         self.status.setText(self.tr("Starting…"))
-        QThreadPool.globalInstance().start(self.job)
+        self.job.start()
 
-    def _on_progress(self, stage: str, done: int, total: int, detail: str) -> None:
+    def _on_progress(self, report: tuple[str, int, int, str]) -> None:
+        stage, done, total, detail = report
         self.progress.setValue(int(1000 * done / total) if total else 0)
         what = self.tr("Checking the source (sha256)") if stage == "hash" else self.tr("Converting")
         self.status.setText(f"{what}: {format_bytes(done)} / {format_bytes(total)} · {detail}")
@@ -164,9 +145,9 @@ class ConvertDialog(QDialog):
         self.cancel_button.setText(self.tr("Close"))
         self.start_button.setEnabled(True)
 
-    def _on_failed(self, message: str) -> None:
+    def _on_failed(self, exc: BaseException) -> None:
         self.job = None
-        self.error = message
+        self.error = message = readable_error(exc)
         self.status.setText(self.tr("Conversion failed: %1").replace("%1", message))
         self.start_button.setEnabled(True)
 
@@ -178,7 +159,7 @@ class ConvertDialog(QDialog):
 
     def cancel_or_close(self) -> None:
         if self.job is not None:
-            self.job.cancel_event.set()
+            self.job.cancel()
             self.status.setText(self.tr("Cancelling…"))
         else:
             self.reject()

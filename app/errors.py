@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QCoreApplication
 
+from app.core.documents import DocumentError
 from runtime.errors import (
     CancelledError,
     ContextOverflowError,
@@ -48,10 +49,21 @@ class UserError:
                    {str(k): str(v) for k, v in params.items()} if isinstance(params, dict) else {})
 
 
+def readable_error(exc: BaseException) -> str:
+    """One line a user can act on. Runtime errors already are; others get their type named."""
+    if isinstance(exc, TernaryError):
+        return str(exc)
+    name = type(exc).__name__
+    if isinstance(exc, MemoryError) or "OutOfMemory" in name:
+        return f"Out of memory: {exc}".strip().rstrip(":")
+    if isinstance(exc, FileNotFoundError):
+        return f"File not found: {exc.filename or exc}"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{name}: {text}" if text else f"Unexpected error ({name})."
+
+
 def describe(exc: BaseException) -> UserError:
     """Classify an exception from the engine, the loader or the file system."""
-    from app.worker import readable_error
-
     english = readable_error(exc)
     if isinstance(exc, CancelledError):
         return UserError("cancelled", english)
@@ -126,3 +138,29 @@ def error_text(err: UserError) -> str:
     if err.code == "unexpected":
         return text.replace("%1", p.get("detail", ""))
     return text.replace("%1", p.get("name", ""))
+
+
+def document_error_text(exc: DocumentError) -> str:
+    """Translated message for a document problem (the English one comes from the exception)."""
+    p = exc.params
+    name = str(p.get("name", ""))
+    texts = {
+        "unsupported": QCoreApplication.translate("DocumentErrors", "%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html."),
+        "missing": QCoreApplication.translate("DocumentErrors", "%1: file not found."),
+        "unreadable": QCoreApplication.translate("DocumentErrors", "%1 cannot be read."),
+        "too_large": QCoreApplication.translate("DocumentErrors", "%1 is too large (%2 MB); the limit is %3 MB. Split it into smaller files."),
+        "binary": QCoreApplication.translate("DocumentErrors", "%1 is not a text file (it contains binary data; was it renamed?)."),
+        "encrypted": QCoreApplication.translate("DocumentErrors", "%1 is password-protected. Save an unprotected copy and drop that."),
+        "no_text": QCoreApplication.translate("DocumentErrors", "%1 looks like a scanned PDF with no text layer; run OCR on it first."),
+        "corrupt": QCoreApplication.translate("DocumentErrors", "%1 is damaged or not the kind of file its name says."),
+        "empty": QCoreApplication.translate("DocumentErrors", "%1 contains no text."),
+        "too_large_unpacked": QCoreApplication.translate("DocumentErrors", "%1 is too large when unpacked (more than %3 MB of content); it may be a compression bomb, or split it into smaller files."),
+        "folder": QCoreApplication.translate("DocumentErrors", "%1 is a folder, not a document; drop the files inside it instead."),
+        "not_file": QCoreApplication.translate("DocumentErrors", "%1 is not a regular file (it is a pipe, socket or device), so it cannot be read as a document."),
+    }
+    text = texts.get(exc.code)
+    if text is None:
+        return str(exc)
+    return (text.replace("%1", name).replace("%2", f"{float(p.get('size_mb', 0)):.0f}")
+            .replace("%3", f"{float(p.get('limit_mb', 0)):.0f}"))
+

@@ -19,15 +19,7 @@ from PySide6.QtCore import QCoreApplication, QEvent, QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QFontMetrics, QPainter, QPainterPath, QPen
 from PySide6.QtWidgets import QFormLayout, QFrame, QLabel, QProgressBar, QSizePolicy, QVBoxLayout, QWidget
 
-
-def format_bytes(n: float | int | None) -> str:
-    if n is None:
-        return "–"
-    n = float(n)
-    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}" if unit == "GiB" else f"{n / size:.0f} {unit}"
-    return f"{int(n)} B"
+from runtime.devices import format_bytes
 
 
 def format_seconds(seconds: float) -> str:

@@ -61,10 +61,10 @@ def problem_text(path: Path, code: str, message: str, size: int = 0) -> str:
     """One file's problem in the interface's language (the English ``message`` when no sentence fits).
 
     ``size``: the file's size in bytes, for ``too_large`` (the store keeps it with the file)."""
-    from app.documents import MAX_DOCUMENT_BYTES, MAX_UNPACKED_BYTES, DocumentError
+    from app.core.documents import MAX_DOCUMENT_BYTES, MAX_UNPACKED_BYTES, DocumentError
 
     if code in _NAME_ONLY_CODES or (code == "too_large" and size > 0) or code == "too_large_unpacked":
-        from app.main_window import document_error_text
+        from app.errors import document_error_text
 
         limit = MAX_UNPACKED_BYTES if code == "too_large_unpacked" else MAX_DOCUMENT_BYTES
         return document_error_text(DocumentError(message, code, name=path.name, size_mb=size / 2**20,

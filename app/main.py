@@ -23,17 +23,19 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.translation import install_translation
+
 log = logging.getLogger("app")
 _log_handler: logging.Handler | None = None  # the one handler setup_logging added (replaced on a re-setup)
 
 
 def _open_log_handler() -> tuple[logging.Handler, str]:
-    from app.paths import log_dir, moved_aside
+    from app.core.paths import log_dir, moved_aside
 
     path = log_dir() / "ternary-chat.log"
     try:
         if path.exists() and not stat.S_ISREG(path.stat().st_mode):  # a folder there: keep it, move it aside
-            from app.history import move_aside
+            from app.core.history import move_aside
 
             moved_aside.append((path, move_aside(path)))
     except OSError:
@@ -66,50 +68,10 @@ def setup_logging(verbose: bool = False) -> str:
     return path
 
 
-_installed_translators: list[object] = []  # what install_translation put on the app, removed on a switch
-
-
-def install_translation(app: object, language: str) -> bool:
-    """Use ``ternary_chat_<language>.qm`` and Qt's own strings for that language; English needs none.
-
-    Callable again at run time (Settings → Interface): the previous translators are removed first.
-    Installing or removing a translator makes Qt send ``QEvent.LanguageChange`` to every widget,
-    whose ``changeEvent`` re-sets its texts (``retranslate()``), so no restart is needed.
-    """
-    from PySide6.QtCore import QLibraryInfo, QTranslator
-
-    from app.resources import resource_path
-
-    while _installed_translators:
-        old = _installed_translators.pop()
-        try:
-            app.removeTranslator(old)
-            old.deleteLater()
-        except RuntimeError:  # already deleted by someone else (tests clean up translators themselves)
-            pass
-    if language == "en":
-        return False
-    ok = False
-    qm = resource_path(f"translations/ternary_chat_{language}.qm")
-    if qm is not None:
-        tr = QTranslator(app)
-        if tr.load(str(qm)):
-            app.installTranslator(tr)
-            _installed_translators.append(tr)
-            ok = True
-    qt_tr = QTranslator(app)
-    if qt_tr.load(f"qtbase_{language}", QLibraryInfo.path(QLibraryInfo.LibraryPath.TranslationsPath)):
-        app.installTranslator(qt_tr)
-        _installed_translators.append(qt_tr)
-    if not ok:
-        log.warning("no translation found for %s", language)
-    return ok
-
-
 def app_icon() -> object:
     from PySide6.QtGui import QIcon
 
-    from app.resources import resource_path
+    from app.core.resources import resource_path
 
     icon = QIcon()
     svg = resource_path("icons/ternary-chat.svg")
@@ -148,7 +110,7 @@ def settings_notice(report: Any) -> str:
     """What went wrong with settings.json and what was kept, in the user's words ("" when all is well)."""
     from PySide6.QtCore import QCoreApplication
 
-    from app.settings_file import INCOMPLETE
+    from app.core.settings_file import INCOMPLETE
 
     if report.ok:
         return ""
@@ -202,7 +164,7 @@ def history_notice(problem: Any) -> str:
                 .replace("%1", path).replace("%2", moved))
     if problem.code == "newer":
         text = QCoreApplication.translate("Startup", "Your chat history %1 was saved by a newer version of Ternary Chat (format %2; this version reads format %3). It was left untouched, so that version will still show every conversation.")
-        from app.history import SCHEMA_VERSION
+        from app.core.history import SCHEMA_VERSION
 
         text = text.replace("%1", path).replace("%2", str(problem.version)).replace("%3", str(SCHEMA_VERSION))
         if problem.in_use is not None:
@@ -288,7 +250,7 @@ def start(argv: list[str], *, single_instance: bool = True, autoload: bool = Tru
     parser.add_argument("files", nargs="*", help="a document to summarize or a model (.gguf/.ternary/folder) to import")
     args, qt_args = parser.parse_known_args(argv[1:])
 
-    from app import paths
+    from app.core import paths
 
     paths.moved_aside.clear()
     log_path = setup_logging(args.verbose)
@@ -298,8 +260,8 @@ def start(argv: list[str], *, single_instance: bool = True, autoload: bool = Tru
 
     from PySide6.QtCore import QCoreApplication
 
-    from app.history import open_history
-    from app.settings_model import AppSettings
+    from app.core.history import open_history
+    from app.core.settings_model import AppSettings
     from app.theme import apply_theme
 
     guard = None
@@ -335,7 +297,7 @@ def start(argv: list[str], *, single_instance: bool = True, autoload: bool = Tru
         window = _make_window(settings, store, autoload)
     except Exception:  # an unforeseen state in the history: start with one kept in memory instead
         log.exception("the main window could not be built with %s; retrying with a history in memory", store.path)
-        from app.history import MEMORY, HistoryStore
+        from app.core.history import MEMORY, HistoryStore
 
         store.close()
         store = HistoryStore(MEMORY)
@@ -369,8 +331,7 @@ def smoke_test(app: object, window: object, model: str | None, log_path: str) ->
     """Installer check: the window opens; with ``model``, it loads and answers (8 tokens, CPU ok)."""
     from PySide6.QtCore import QTimer
 
-    from app.main_window import model_key
-    from app.settings_model import SamplingSettings
+    from app.core.settings_model import SamplingSettings, model_key
 
     outcome: dict[str, str] = {}
 

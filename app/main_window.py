@@ -2,7 +2,7 @@
 
 Why it is a thin controller: history, settings, documents and summarization are plain-Python
 modules; the engine lives on the worker thread. This class wires them: it saves every message
-as it streams (:class:`app.history.StreamingMessageSaver`), turns worker signals into widget
+as it streams (:class:`app.core.history.StreamingMessageSaver`), turns worker signals into widget
 updates, and never blocks on the engine.
 """
 
@@ -17,8 +17,6 @@ from typing import Any
 from PySide6.QtCore import (
     QCoreApplication,
     QEvent,
-    QObject,
-    QRunnable,
     QSize,
     Qt,
     QThreadPool,
@@ -58,16 +56,18 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import documents
 from app.attachments_bar import AttachmentsBar
 from app.chat_knowledge import ChatKnowledge
 from app.chat_view import RETURN_PRESSES, ChatView, MessageWidget, PromptEdit
-from app.errors import UserError, error_text
-from app.gauges import GaugePanel, format_bytes, format_seconds
-from app.history import PARTIAL, HistoryStore, StreamingMessageSaver
-from app.settings_model import AppSettings, generation_settings
+from app.core import documents
+from app.core.history import PARTIAL, HistoryStore, StreamingMessageSaver
+from app.core.settings_model import AppSettings, generation_settings, model_key
+from app.errors import UserError, document_error_text, error_text, readable_error
+from app.gauges import GaugePanel, format_seconds
+from app.jobs import Job, run_in_background
 from app.summary_dialog import SummaryProgressDialog, summary_error_text
-from app.worker import WorkerHost, load_engine, readable_error
+from app.worker import WorkerHost, load_engine
+from runtime.devices import format_bytes
 from runtime.generation import CancelToken
 
 log = logging.getLogger(__name__)
@@ -76,53 +76,9 @@ MODEL_SUFFIXES = (".gguf", ".ternary")
 GAUGE_IDLE_MS = 1000
 
 
-def model_key(path: str) -> str:
-    """Settings key for a model's own sampling overrides: its resolved path.
-
-    Why not the file name (the key before): two different files called ``model.gguf`` in two
-    folders shared one set of overrides. Keys written by older versions (a bare name) are moved to
-    the path of the first model of that name that is loaded (:meth:`MainWindow.adopt_name_keyed_sampling`).
-    """
-    return str(Path(path).expanduser().resolve()) if path else ""
-
-
 def model_name(path: str) -> str:
     """The model's file or folder name, for conversation records and captions."""
     return Path(path).name or path
-
-
-class _TaskSignals(QObject):
-    done = Signal(object)
-    failed = Signal(object)
-
-
-class BackgroundTask(QRunnable):
-    """Runs a function on the global thread pool (file reading, hardware detection)."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        super().__init__()
-        self.fn = fn
-        self.signals = _TaskSignals()
-
-    def run(self) -> None:
-        try:
-            try:
-                result = self.fn()
-            except BaseException as exc:  # noqa: BLE001 - delivered to the GUI as a message
-                self.signals.failed.emit(exc)
-                return
-            self.signals.done.emit(result)
-        except RuntimeError:  # the receiver (a closed window) is gone: nobody to tell
-            pass
-
-
-def run_in_background(fn: Callable[[], Any], on_done: Callable[[Any], None],
-                      on_error: Callable[[BaseException], None]) -> BackgroundTask:
-    task = BackgroundTask(fn)
-    task.signals.done.connect(on_done)
-    task.signals.failed.connect(on_error)
-    QThreadPool.globalInstance().start(task)
-    return task
 
 
 class ElidingComboBox(QComboBox):
@@ -197,7 +153,7 @@ class MainWindow(QMainWindow):
         self._summary_widget: MessageWidget | None = None
         self._summary_request_message = 0  # id of the "Summarize the document" message
         self._summary_new_conversation = False  # the chat was made for this summary
-        self._tasks: list[BackgroundTask] = []
+        self._tasks: list[Job] = []
         self._grounded_question = ""  # the question of the reply being answered from documents
         self.drop_menu: QMenu | None = None  # the "ask or summarize?" menu while it is open
         self.passage_dialog: Any = None  # the last citation's passage dialog
@@ -1306,7 +1262,7 @@ class MainWindow(QMainWindow):
         dlg.show()
         self._summary_dialog = dlg
         self.status_label.setText(self.tr("Summarizing %1…").replace("%1", doc.name))
-        # answer_tokens 0: each part's answer budget comes from the context (app.summarize.answer_budget),
+        # answer_tokens 0: each part's answer budget comes from the context (app.core.summarize.answer_budget),
         # never from the chat's "Max new tokens" (3000 on a 4,096-token context made 36 parts, not 11).
         self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name,
                                         generation_settings(self.sampling()), self._summary_cancel, 0)
@@ -1568,7 +1524,7 @@ class MainWindow(QMainWindow):
         if old.interface.theme != self.settings.interface.theme:
             apply_theme(self.settings.interface.theme)
         if old.interface.language != self.settings.interface.language:
-            from app.main import install_translation
+            from app.translation import install_translation
 
             install_translation(QCoreApplication.instance(), self.settings.interface.language)  # live
         if old.hardware != self.settings.hardware and self.model_path and not self.generating:
@@ -1615,29 +1571,3 @@ def _context_fill(messages: list[Any]) -> int:
 def _title_from(text: str) -> str:
     line = " ".join(text.strip().split())
     return (line[:48] + "…") if len(line) > 48 else line
-
-
-def document_error_text(exc: documents.DocumentError) -> str:
-    """Translated message for a document problem (the English one comes from the exception)."""
-    p = exc.params
-    name = str(p.get("name", ""))
-    texts = {
-        "unsupported": QCoreApplication.translate("DocumentErrors", "%1: this file type is not supported. Use .txt, .md, .pdf, .docx or .html."),
-        "missing": QCoreApplication.translate("DocumentErrors", "%1: file not found."),
-        "unreadable": QCoreApplication.translate("DocumentErrors", "%1 cannot be read."),
-        "too_large": QCoreApplication.translate("DocumentErrors", "%1 is too large (%2 MB); the limit is %3 MB. Split it into smaller files."),
-        "binary": QCoreApplication.translate("DocumentErrors", "%1 is not a text file (it contains binary data; was it renamed?)."),
-        "encrypted": QCoreApplication.translate("DocumentErrors", "%1 is password-protected. Save an unprotected copy and drop that."),
-        "no_text": QCoreApplication.translate("DocumentErrors", "%1 looks like a scanned PDF with no text layer; run OCR on it first."),
-        "corrupt": QCoreApplication.translate("DocumentErrors", "%1 is damaged or not the kind of file its name says."),
-        "empty": QCoreApplication.translate("DocumentErrors", "%1 contains no text."),
-        "too_large_unpacked": QCoreApplication.translate("DocumentErrors", "%1 is too large when unpacked (more than %3 MB of content); it may be a compression bomb, or split it into smaller files."),
-        "folder": QCoreApplication.translate("DocumentErrors", "%1 is a folder, not a document; drop the files inside it instead."),
-        "not_file": QCoreApplication.translate("DocumentErrors", "%1 is not a regular file (it is a pipe, socket or device), so it cannot be read as a document."),
-    }
-    text = texts.get(exc.code)
-    if text is None:
-        return str(exc)
-    return (text.replace("%1", name).replace("%2", f"{float(p.get('size_mb', 0)):.0f}")
-            .replace("%3", f"{float(p.get('limit_mb', 0)):.0f}"))
-

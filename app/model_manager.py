@@ -10,11 +10,11 @@ partial file (the next download resumes with HTTP Range); "Cancel" also deletes 
 from __future__ import annotations
 
 import logging
-import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QObject, QRunnable, Qt, QThreadPool, Signal
+from PySide6.QtCore import QCoreApplication, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -32,16 +32,12 @@ from PySide6.QtWidgets import (
 )
 
 from app.confirm import confirm_destructive
-from app.gauges import format_bytes
-from app.model_fit import FITS_CPU, FITS_GPU, NO_FIT, Hardware, fit, recommend
-from app.worker import readable_error
+from app.core.model_fit import FITS_CPU, FITS_GPU, NO_FIT, Hardware, fit, recommend
+from app.errors import readable_error
+from app.jobs import Job
+from runtime.devices import format_bytes
 
 log = logging.getLogger(__name__)
-
-
-def _chat_models(models: list[Any]) -> list[Any]:
-    """Catalog models a chat can load (test doubles without a ``role`` are chat models)."""
-    return [m for m in models if getattr(m, "role", "chat") == "chat"]
 
 
 def format_eta(seconds: float | None) -> str:
@@ -120,47 +116,15 @@ def failure_text(f: Any) -> str:
     return ". ".join(part.rstrip(".") for part in parts)
 
 
-class _JobSignals(QObject):
-    progress = Signal(object)  # runtime.hub.download.Progress
-    notice = Signal(str)
-    done = Signal(object)  # FetchResult
-    failed = Signal(str, str)  # message, error class name (the job's ``failure`` says it in user words)
-    cancelled = Signal()
+def download_work(target: Any, source: str | None, fetcher: Any) -> Callable[[Job], Any]:
+    """The work of a download :class:`Job`: one ``ModelFetcher.fetch``, progress and notices reported."""
 
-
-class DownloadJob(QRunnable):
-    """One ``ModelFetcher.fetch`` on a pool thread; ``cancel`` is a ``threading.Event``."""
-
-    def __init__(self, target: Any, source: str | None = None, fetcher: Any = None) -> None:
-        super().__init__()
-        self.target = target
-        self.source = source
-        self.fetcher = fetcher
-        self.cancel = threading.Event()
-        self.signals = _JobSignals()
-        self.finished = threading.Event()
-        self.failure: Any = None  # runtime.hub.errors.DownloadFailure, set before ``failed`` is emitted
-
-    def run(self) -> None:
-        from runtime.hub.errors import DownloadCancelledError, explain_failure
+    def work(job: Job) -> Any:
         from runtime.hub.fetch import ModelFetcher
 
-        try:
-            fetcher = self.fetcher or ModelFetcher()
-            result = fetcher.fetch(self.target, source=self.source, cancel=self.cancel,
-                                   progress=self.signals.progress.emit, notice=self.signals.notice.emit)
-        except DownloadCancelledError:
-            self.signals.cancelled.emit()
-        except BaseException as exc:  # noqa: BLE001 - every failure is shown to the user
-            if self.cancel.is_set():
-                self.signals.cancelled.emit()
-            else:
-                self.failure = explain_failure(exc)
-                self.signals.failed.emit(readable_error(exc), type(exc).__name__)
-        else:
-            self.signals.done.emit(result)
-        finally:
-            self.finished.set()
+        return (fetcher or ModelFetcher()).fetch(target, source=source, cancel=job.cancel_event,
+                                                  progress=job.report, notice=job.report)
+    return work
 
 
 def discard_partials(filename: str) -> int:
@@ -191,6 +155,11 @@ class ModelManagerDialog(QDialog):
 
     COLUMNS = ("name", "variant", "size", "fit", "status")
 
+    # How a download ended, after the dialog has shown it (GUI thread): a caller connects these before
+    # it starts a download, so even one that fails at once is not missed.
+    downloadDone = Signal(object)  # FetchResult
+    downloadFailed = Signal(object)  # runtime.hub.errors.DownloadFailure, also in ``last_failure``
+
     def __init__(self, window: Any, catalog: Any = None, hardware: Hardware | None = None,
                  fetcher: Any = None) -> None:
         super().__init__(window)
@@ -199,7 +168,8 @@ class ModelManagerDialog(QDialog):
         self.setAccessibleName(self.tr("Model manager"))
         self.resize(900, 560)
         self.fetcher = fetcher
-        self.job: DownloadJob | None = None
+        self.job: Job | None = None
+        self.job_target: Any = None  # the Target the running job fetches
         self.job_row_key: tuple[str, str] | None = None
         self._discard_after_cancel = False
         self.last_result: Any = None
@@ -321,8 +291,9 @@ class ModelManagerDialog(QDialog):
                 installed[item.filename] = item
         except Exception as exc:  # noqa: BLE001
             log.warning("store unreadable: %s", exc)
-        # embedding models serve document search only: listed, downloadable, never recommended or loaded for chat
-        rec = recommend(_chat_models(self.catalog.models), self.hardware) if self.catalog else None
+        # embedding models serve document search only: listed, downloadable, never recommended (the
+        # shared rule skips them) or loaded for chat
+        rec = recommend(self.catalog.models, self.hardware) if self.catalog else None
         seen = set()
         if self.catalog:
             for m in self.catalog.models:
@@ -435,35 +406,37 @@ class ModelManagerDialog(QDialog):
         try:
             target = resolve_target(row["model"].id, self.catalog, row["file"].file)
         except Exception as exc:  # noqa: BLE001
-            self._on_failed(readable_error(exc), type(exc).__name__)
+            self._on_failed(exc)
             return
         self.start_download(target, row["key"])
 
-    def start_download(self, target: Any, key: tuple[str, str] | None = None, source: str | None = None) -> DownloadJob:
+    def start_download(self, target: Any, key: tuple[str, str] | None = None, source: str | None = None) -> Job:
+        """Start fetching ``target``; ``job_target`` keeps what it fetches for the partial-file clean-up."""
         if source is None and self.window is not None:
             source = self.window.settings.downloads.source
-        self.job = DownloadJob(target, source, self.fetcher)
-        self.job.setAutoDelete(False)
+        self.job = Job(download_work(target, source, self.fetcher), self)
+        self.job_target = target
         self.job_row_key = key
         self.last_result = None
         self.last_error = ""
         self.last_failure = None
         self._discard_after_cancel = False
-        s = self.job.signals
-        s.progress.connect(self._on_progress)
-        s.notice.connect(lambda msg: self.progress_label.setText(msg))
-        s.done.connect(self._on_done)
-        s.failed.connect(self._on_failed)
-        s.cancelled.connect(self._on_cancelled)
+        self.job.progress.connect(self._on_progress)
+        self.job.finished.connect(self._on_done)
+        self.job.failed.connect(self._on_failed)
+        self.job.cancelled.connect(self._on_cancelled)
         self.progress.setVisible(True)
         self.progress.setRange(0, 0)
         self.progress_label.setText(self.tr("Connecting…"))
         self.result_label.clear()
-        QThreadPool.globalInstance().start(self.job)
+        self.job.start()
         self.refresh()
         return self.job
 
     def _on_progress(self, p: Any) -> None:
+        if isinstance(p, str):  # a notice from the fetcher ("trying the mirror", ...)
+            self.progress_label.setText(p)
+            return
         if p.total:
             self.progress.setRange(0, 1000)
             self.progress.setValue(int(1000 * p.done / p.total))
@@ -476,6 +449,7 @@ class ModelManagerDialog(QDialog):
 
     def _finish_job(self) -> None:
         self.job = None
+        self.job_target = None
         self.job_row_key = None
         self.progress.setVisible(False)
         self.refresh()
@@ -496,20 +470,25 @@ class ModelManagerDialog(QDialog):
         self.result_label.setText(text)
         self.progress_label.clear()
         self._finish_job()
+        self.downloadDone.emit(result)
 
-    def _on_failed(self, message: str, kind: str) -> None:
-        failure = self.job.failure if self.job is not None else None
+    def _on_failed(self, exc: BaseException) -> None:
+        from runtime.hub.errors import explain_failure
+
+        failure = explain_failure(exc)
         self.last_failure = failure
-        self.last_error = failure_text(failure) if failure is not None else message
+        self.last_error = failure_text(failure)
+        kind = type(exc).__name__
         self.result_label.setProperty("kind", "error")
         prefix = self.tr("Verification failed") if kind in ("VerificationError", "HubPinMismatchError") \
             else self.tr("Download failed")
         self.result_label.setText(f"{prefix}: {self.last_error}")
         self.progress_label.clear()
         self._finish_job()
+        self.downloadFailed.emit(failure)
 
     def _on_cancelled(self) -> None:
-        filename = self.job.target.filename if self.job else ""
+        filename = self.job_target.filename if self.job_target is not None else ""
         if self._discard_after_cancel and filename:
             discard_partials(filename)
             self.progress_label.setText(self.tr("Download cancelled; the partial file was deleted."))
@@ -519,13 +498,13 @@ class ModelManagerDialog(QDialog):
 
     def pause(self) -> None:
         if self.job is not None:
-            self.job.cancel.set()
+            self.job.cancel()
             self.progress_label.setText(self.tr("Pausing…"))
 
     def cancel(self) -> None:
         if self.job is not None:
             self._discard_after_cancel = True
-            self.job.cancel.set()
+            self.job.cancel()
             self.progress_label.setText(self.tr("Cancelling…"))
             return
         row = self.selected_row()

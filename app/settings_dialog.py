@@ -3,7 +3,7 @@
 Why every number is a plain line edit plus an inline explanation: an empty field means "the
 model file's default" (shown as the placeholder), which a spin box cannot express, and a refused
 value must say *why* next to the field — not in a dialog after OK, and not by silently eating the
-keystroke as a QValidator does. The ranges come from :data:`app.settings_model.LIMITS`, the same
+keystroke as a QValidator does. The ranges come from :data:`app.core.settings_model.LIMITS`, the same
 ones the settings file is checked against; Max new tokens is also bounded by the context in use.
 OK/Apply stay disabled while any field is invalid.
 """
@@ -34,8 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.gauges import format_bytes
-from app.settings_model import (
+from app.core.settings_model import (
     LIMITS,
     MIN_MANUAL_CONTEXT,
     AppSettings,
@@ -45,6 +44,7 @@ from app.settings_model import (
     current_models_dir,
     default_models_path,
 )
+from runtime.devices import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +52,14 @@ SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty
                    "max_new_tokens", "seed")
 
 
-def _kv_bytes_per_value(precision: str, info: dict[str, Any]) -> float:
-    """Approximate KV-cache bytes per stored value for a precision setting ("auto" = the model's
-    activation dtype: fp32 on the CPU). int8 adds one fp32 scale per 128-value head vector."""
-    if precision == "int8":
-        return 1.0 + 4.0 / 128
-    if precision == "auto":
-        return 4.0 if str(info.get("dtype")) == "float32" else 2.0
-    return 2.0
+_KV_NAME_OF_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+
+def kv_bytes_per_token(precision: str, info: dict[str, Any]) -> int | None:
+    """The planner's KV-cache bytes per token of the loaded model for a precision setting ("auto" =
+    the model's activation dtype), as the worker put them in ``info``; None where it has no figure."""
+    name = _KV_NAME_OF_DTYPE.get(str(info.get("dtype"))) if precision == "auto" else precision
+    return (info.get("kv_bytes_per_token") or {}).get(name)
 
 
 class NumberField(QWidget):
@@ -173,7 +173,7 @@ class SettingsDialog(QDialog):
         self.setAccessibleName(self.tr("Settings"))
         self.resize(640, 600)
         self.settings: AppSettings = copy.deepcopy(window.settings)
-        from app.main_window import model_key
+        from app.core.settings_model import model_key
 
         self.model_key = model_key(window.model_path) if window.model_path else ""
         self.model_defaults: dict[str, Any] = dict(window.model_info.get("default_settings") or {})
@@ -302,11 +302,8 @@ class SettingsDialog(QDialog):
         return w
 
     def _hardware_tab(self) -> QWidget:
-        from app.worker import engine_load_options
-
         w = QWidget()
         form = QFormLayout(w)
-        accepted = engine_load_options()
         self.device_combo = QComboBox()
         self.device_combo.setAccessibleName(self.tr("Device"))
         self.device_combo.addItem(self.tr("Auto (best available)"), "auto")
@@ -357,10 +354,7 @@ class SettingsDialog(QDialog):
                                               "in place from RAM (zero-copy: no staging buffers, same results as "
                                               "with everything in VRAM), or the CPU computes them. Automatic picks "
                                               "the fastest one per token."))
-        if "offload" not in accepted:
-            self.offload_combo.setEnabled(False)
-            self.offload_combo.setToolTip(self.tr("This engine version does not offer an offload choice."))
-        elif not self.has_gpu:
+        if not self.has_gpu:
             self.offload_combo.setEnabled(False)
             self.offload_combo.setToolTip(self.tr("Offload applies to GPUs: it decides how layers that do not fit "
                                                   "in VRAM run. This computer has no usable GPU, so every layer "
@@ -381,7 +375,6 @@ class SettingsDialog(QDialog):
         for value, text in (("auto", self.tr("Auto (fp32 on CPU, bf16 on GPU)")), ("fp16", "fp16"), ("bf16", "bf16"),
                             ("int8", self.tr("int8 (8-bit, half the memory)"))):
             self.kv_combo.addItem(text, value)
-        self.kv_combo.setEnabled("kv_dtype" in accepted)
         self.kv_combo.currentIndexChanged.connect(self._update_cost)
         form.addRow(self.tr("KV-cache precision"), self.kv_combo)
         kv_note = QLabel(self.tr("int8 stores the conversation memory in 8 bits: about twice the context fits, "
@@ -395,11 +388,11 @@ class SettingsDialog(QDialog):
         self.decode_combo.setAccessibleName(self.tr("Decode precision"))
         for value, text in (("int8", self.tr("Fast (8-bit activations)")), ("exact", self.tr("Exact"))):
             self.decode_combo.addItem(text, value)
-        self.decode_combo.setEnabled("decode_activations" in accepted)
         form.addRow(self.tr("Decode precision"), self.decode_combo)
-        decode_note = QLabel(self.tr("On a GPU, Fast rounds each token's activations to 8 bits inside the "
-                                     "matrix kernels, like llama.cpp: about 1.6x faster answers, slightly "
-                                     "different wording. Exact keeps full precision. Used from the next model load."))
+        decode_note = QLabel(self.tr("Fast rounds each token's activations to 8 bits inside the matrix "
+                                     "kernels, like llama.cpp: on a GPU about 1.6x faster answers, on the CPU "
+                                     "faster where the processor has 8-bit dot products; slightly different "
+                                     "wording. Exact keeps full precision. Used from the next model load."))
         decode_note.setWordWrap(True)
         decode_note.setAccessibleName(self.tr("Decode precision trade-off"))
         self.decode_combo.setToolTip(decode_note.text())
@@ -654,10 +647,10 @@ class SettingsDialog(QDialog):
             return
         cur_ctx = int(info.get("context_length") or 0)
         kv_now = int(mem.get("kv_cache_bytes") or (plan.get("predicted_breakdown") or {}).get("kv_cache") or 0)
-        per_token = kv_now / cur_ctx if cur_ctx and kv_now else 0
-        # rescale from the precision the model was loaded with to the one chosen here
-        per_token *= (_kv_bytes_per_value(self.kv_combo.currentData(), info)
-                      / _kv_bytes_per_value(self.window.settings.hardware.kv_cache_precision, info))
+        chosen = self.kv_combo.currentData()
+        per_token: float = kv_bytes_per_token(chosen, info) or 0
+        if not per_token and chosen == self.window.settings.hardware.kv_cache_precision:
+            per_token = kv_now / cur_ctx if cur_ctx and kv_now else 0  # what the loaded cache measures
         if self.auto_context.isChecked():
             self.cost_label.setText(self.tr("Auto: the planner picked %1 tokens (KV cache %2).")
                                     .replace("%1", str(cur_ctx)).replace("%2", format_bytes(kv_now)))

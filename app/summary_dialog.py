@@ -1,7 +1,7 @@
 """The summary's progress dialog and the summary's texts in the user's language.
 
 Why a dialog of its own: a long summary runs for minutes. Its label says which step runs, of
-about how many, and the time left from the measured speed (:class:`app.summarize.SummaryProgress`).
+about how many, and the time left from the measured speed (:class:`app.core.summarize.SummaryProgress`).
 Enter and Return do nothing here: with Cancel as the default button a stray Enter (typing in the
 chat box a moment earlier) threw away ten minutes of work. Cancel takes a click, Space on the
 focused button, or Esc — each a deliberate act.
@@ -37,10 +37,10 @@ def time_left_text(eta_s: float | None) -> str:
 
 
 def summary_error_text(error: Any) -> str:
-    """A summary problem in the user's language: :class:`app.summarize.SummaryError` by its code,
+    """A summary problem in the user's language: :class:`app.core.summarize.SummaryError` by its code,
     any other exception or :class:`app.errors.UserError` through :func:`app.errors.error_text`."""
+    from app.core.summarize import SummaryError
     from app.errors import UserError, describe, error_text
-    from app.summarize import SummaryError
 
     if isinstance(error, SummaryError):
         p = {k: str(v) for k, v in error.params.items()}

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.resources import resource_path
+from app.core.resources import resource_path
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,9 @@ from typing import Any
 from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from app.gauges import format_bytes
-from app.model_fit import FITS_GPU, Hardware, recommend
+from app.core.model_fit import FITS_GPU, Hardware, recommend
+from app.jobs import run_in_background
+from runtime.devices import format_bytes
 
 
 class WelcomePage(QWidget):
@@ -127,8 +128,6 @@ class WelcomePage(QWidget):
         super().showEvent(event)
         if not self._detect_started:
             self._detect_started = True
-            from app.main_window import run_in_background
-
             self._task = run_in_background(Hardware.detect, self.set_hardware,
                                            lambda exc: self.set_hardware(Hardware()))
 
@@ -202,18 +201,18 @@ class WelcomePage(QWidget):
             return
         self.clear_failure()
         dlg.select_key((m.id, f.file))
-        job = dlg.start_download(target, (m.id, f.file))
-        job.signals.done.connect(lambda result: dlg.use_selected())
-        job.signals.failed.connect(lambda _message, _kind: self._download_failed(dlg, job))
+        dlg.downloadDone.connect(lambda result: dlg.use_selected())
+        dlg.downloadFailed.connect(lambda _failure: self._download_failed(dlg))
         dlg.finished.connect(lambda _code: self._download_dialog_closed(dlg))
+        dlg.start_download(target, (m.id, f.file))
         self.download_dialog = dlg
         dlg.open()
 
-    def _download_failed(self, dlg: Any, job: Any) -> None:
+    def _download_failed(self, dlg: Any) -> None:
         """The page, not the dialog, offers the ways on: close the dialog and say what failed."""
         from runtime.hub.errors import OTHER, DownloadFailure
 
-        self.show_failure(job.failure or DownloadFailure(OTHER, detail=dlg.last_error))
+        self.show_failure(dlg.last_failure or DownloadFailure(OTHER, detail=dlg.last_error))
         self.download_dialog = None
         dlg.reject()
 
@@ -275,6 +274,6 @@ class WelcomePage(QWidget):
 
 
 def _fits_gpu(f: Any, hw: Hardware) -> bool:
-    from app.model_fit import fit
+    from app.core.model_fit import fit
 
     return fit(f, hw) == FITS_GPU

@@ -20,7 +20,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from app.errors import describe
+from app.errors import describe, readable_error
 from app.errors import simple as simple_error
 from runtime.errors import OutOfMemoryError, TernaryError
 from runtime.generation import CancelToken, DoneEvent, NoticeEvent, TextEvent
@@ -29,19 +29,6 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.04
 MEMORY_INTERVAL_S = 0.5
-
-
-def readable_error(exc: BaseException) -> str:
-    """One line a user can act on. Runtime errors already are; others get their type named."""
-    if isinstance(exc, TernaryError):
-        return str(exc)
-    name = type(exc).__name__
-    if isinstance(exc, MemoryError) or "OutOfMemory" in name:
-        return f"Out of memory: {exc}".strip().rstrip(":")
-    if isinstance(exc, FileNotFoundError):
-        return f"File not found: {exc.filename or exc}"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{name}: {text}" if text else f"Unexpected error ({name})."
 
 
 def _accepts_started_at(engine: Any) -> bool:
@@ -67,33 +54,30 @@ def as_dict(obj: Any) -> dict[str, Any]:
 
 def load_engine(path: str, options: dict[str, Any], progress: Callable[[str, float], None] | None,
                 cancel: CancelToken | None) -> Any:
-    """``Engine.load`` with the options it accepts (the app passes only what the runtime knows)."""
+    """``Engine.load`` with the app's load options (:meth:`MainWindow.load_options`); None means its default.
+
+    The options are ``Engine.load``'s own keyword arguments by name (``kv_dtype`` as a name from
+    :data:`runtime.kv_cache.KV_CACHE_CHOICES`), so they are passed as they are: an unknown one is a
+    bug to surface, not to drop silently.
+    """
     from runtime.engine import Engine
 
-    accepted = inspect.signature(Engine.load).parameters
-    kwargs = {k: v for k, v in options.items() if k in accepted and v is not None}
-    if isinstance(kwargs.get("kv_dtype"), str):  # settings store names; the engine takes torch dtypes
-        import torch
-
-        kwargs["kv_dtype"] = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-                              "int8": torch.int8}[kwargs["kv_dtype"]]
-    ignored = sorted(k for k, v in options.items() if v is not None and k not in accepted)
-    if ignored:
-        log.info("engine does not accept %s; not passed", ", ".join(ignored))
-    if "progress" in accepted:
-        kwargs["progress"] = progress
-    if "cancel" in accepted:
-        kwargs["cancel"] = cancel
-    return Engine.load(path, **kwargs)
+    kwargs = {k: v for k, v in options.items() if v is not None}
+    return Engine.load(path, progress=progress, cancel=cancel, **kwargs)
 
 
-def engine_load_options() -> set[str]:
-    """Names of the optional ``Engine.load`` arguments (the settings dialog disables the rest)."""
-    try:
-        from runtime.engine import Engine
-    except ImportError:
-        return set()
-    return set(inspect.signature(Engine.load).parameters) - {"path", "cls", "self", "progress", "cancel"}
+def kv_cache_costs(engine: Any) -> dict[str, int]:
+    """KV-cache bytes per context token of the loaded model for each cache type, from the planner.
+
+    Shown by the settings dialog before the user reloads with another precision. Empty for a
+    stand-in engine without a ``config``.
+    """
+    config = getattr(engine, "config", None)
+    if config is None:
+        return {}
+    from runtime import planner
+
+    return {name: planner.kv_bytes_per_token(config, name) for name in planner.KV_DTYPES}
 
 
 class EngineWorker(QObject):
@@ -140,6 +124,7 @@ class EngineWorker(QObject):
             log.warning("default_settings failed: %s", readable_error(exc))
             info["default_settings"] = {}
         info["path"] = path
+        info["kv_bytes_per_token"] = kv_cache_costs(engine)
         self.loaded.emit(info)
         self._emit_memory(force=True)
 
@@ -241,7 +226,7 @@ class EngineWorker(QObject):
                   answer_tokens: int) -> None:
         """Map-reduce summary (``answer_tokens`` 0 = from the context). Text is batched like
         :meth:`generate`; each generation's start and end go out as ``summaryStep`` for the gauges."""
-        from app.summarize import Summarizer, SummaryError
+        from app.core.summarize import Summarizer, SummaryError
 
         if self.engine is None:
             self.summaryFailed.emit(request_id, simple_error("no_model"))

@@ -88,7 +88,7 @@ class EmbeddingModel:
         model's defaults). ``model_id`` defaults to the file name plus its size in bytes, so a
         different file under the same name gets new vectors. ``progress(stage, fraction)``.
         """
-        from runtime.engine import resolve_device
+        from runtime.devices import resolve_device
         from runtime.formats.loader import open_source
 
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 2 <= max_tokens <= MAX_TOKENS_LIMIT:
@@ -225,6 +225,8 @@ def is_embedding_file(path: str | os.PathLike[str]) -> bool:
     try:
         if p.is_dir():
             return (p / "1_Pooling" / "config.json").is_file()
+        if not p.is_file():  # a FIFO or device would block the read below; the loader says what it is
+            return False
         with open(p, "rb") as f:
             if f.read(4) != b"GGUF":
                 return False

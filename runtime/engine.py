@@ -8,6 +8,7 @@ split, stop strings) lives in its own module; this file is the loop and the book
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import sys
@@ -20,14 +21,15 @@ from typing import Any
 import torch
 
 from runtime.chat_template import render_chat
+from runtime.devices import resolve_device
 from runtime.errors import (
     CancelledError,
     ContextOverflowError,
-    InvalidSettingError,
     OutOfMemoryError,
     TernaryError,
     UnsupportedModelError,
 )
+from runtime.formats.arch import dense_matrices_notice
 from runtime.formats.model_data import ModelData
 from runtime.generation import (
     CancelToken,
@@ -41,11 +43,11 @@ from runtime.generation import (
     NoticeEvent,
     TextEvent,
 )
-from runtime.kv_cache import resolve_kv_dtype
+from runtime.kv_cache import default_kv_dtype, resolve_kv_dtype
 from runtime.model.qwen3 import Qwen3Model
 from runtime.sampling import Sampler, StopStringMatcher
-from runtime.sampling_params import DEVICE_EXPLANATION, check_device, validate_generation_settings
 from runtime.sampling_params import check as check_setting
+from runtime.sampling_params import validate_generation_settings
 from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
 
 # PrismML's recommended sampling for the Ternary Bonsai 1.7B/4B/8B (model cards, demo scripts);
@@ -70,23 +72,6 @@ CPU_KV_RAM_FRACTION = 0.25  # at most this share of available RAM goes to the CP
 CTX_ALIGN = 256
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                     "frequency_penalty")
-
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` -> the first CUDA GPU if there is one, else the CPU."""
-    if isinstance(device, str) and check_device(device):
-        raise InvalidSettingError(f"{DEVICE_EXPLANATION} Got {device!r}.", "device")
-    if device == "auto":
-        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UnsupportedModelError("CUDA was requested but no CUDA GPU is available (use --device cpu)")
-    if dev.type not in ("cpu", "cuda"):
-        raise UnsupportedModelError(f"device {device!r} is not supported (use auto, cpu or cuda)")
-    if dev.type == "cuda" and dev.index is None:
-        # "cuda" -> "cuda:N": tensors report an indexed device, and placement code compares devices
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
 
 
 def _model_default(name: str, value: Any, fallback: Any) -> Any:
@@ -169,6 +154,7 @@ class Engine:
         self._end_logits: tuple[int, torch.Tensor] | None = None
         self.graph_decode = False  # decode through runtime.gpu_decode.GraphDecoder (set by load)
         self._decoder: Any = None
+        self._fused_step = False  # whether the graph decoder runs the fused Triton step
         self._notified_fallback = False
         self._pending_notices: list[str] = []  # said once, at the start of the next generation
 
@@ -194,8 +180,11 @@ class Engine:
         how layers that do not fit the GPU run; passed to the planner's ``offload_mode``; "mapped"
         needs the Triton backend, so another ``backend`` takes it out of "auto") and
         ``decode_activations`` ("int8": GPU decode mat-vecs on bf16/fp16 activations quantise them to
-        int8 and use ``dp4a``, the default, ~1.6x faster; "exact": keep them in fp32 inside the kernel.
-        Process-wide: it sets :func:`runtime.kernels.triton_linear.set_decode_activations`).
+        int8 and use ``dp4a``, the default, ~1.6x faster; on the CPU the ternary matmuls quantise
+        activations to int8 per 32 values (VNNI/``vpmaddubsw``/``sdot``), the default where the kernel
+        is SIMD; "exact": keep them in fp32. Process-wide: it sets
+        :func:`runtime.kernels.triton.matvec.set_decode_activations` or
+        :func:`runtime.kernels.cpu.ternary.set_default_activations`).
         """
         if offload not in ("auto", "stream", "mapped", "cpu"):
             raise TernaryError(f"offload must be auto, stream, mapped or cpu, got {offload!r}")
@@ -203,9 +192,13 @@ class Engine:
             raise TernaryError(f"decode activations must be int8 or exact, got {decode_activations!r}")
         dev = resolve_device(device)
         if decode_activations is not None and dev.type == "cuda":
-            from runtime.kernels import triton_linear
+            from runtime.kernels.triton import matvec
 
-            triton_linear.set_decode_activations(decode_activations)
+            matvec.set_decode_activations(decode_activations)
+        elif decode_activations is not None and dev.type == "cpu":
+            from runtime.kernels.cpu import ternary as cpu_ternary
+
+            cpu_ternary.set_default_activations(decode_activations)
 
         def report(stage: str, fraction: float) -> None:
             if cancel is not None and cancel.cancelled:
@@ -231,7 +224,7 @@ class Engine:
         report("planning memory", 0.1)
         act_dtype = dtype or (torch.float32 if dev.type == "cpu" else torch.bfloat16)
         try:
-            kv = resolve_kv_dtype(kv_dtype, act_dtype)
+            kv = resolve_kv_dtype(kv_dtype, default_kv_dtype(dev.type, act_dtype))  # CPU: fp16 cache
         except ValueError as exc:
             raise TernaryError(str(exc)) from exc
         # mapped offload moves Triton linears' matrices to host memory: other backends cannot map
@@ -280,7 +273,8 @@ class Engine:
         engine = cls(model, tokenizer, data, dev, plan.to_dict() if plan is not None else None)
         if plan is not None:
             engine.info.plan["context_length"] = ctx
-        engine._pending_notices = notices
+        dense = data.notices or [n for n in [dense_matrices_notice(data.config, data.tensors)] if n]
+        engine._pending_notices = list(dense) + notices
         engine.graph_decode = dev.type == "cuda" if graph_decode is None else graph_decode
         report("ready", 1.0)
         return engine
@@ -376,7 +370,34 @@ class Engine:
         if settings is not None:
             validate_generation_settings(settings)  # the same ranges as the app and the CLI
         s = self.resolve_settings(settings)
-        prompt_ids = self.encode_prompt(messages_or_prompt, s)
+        return self._start(self.encode_prompt(messages_or_prompt, s), s, cancel, origin)
+
+    def generate_tokens(self, prompt_ids: list[int], settings: GenerationSettings | None = None,
+                        cancel: CancelToken | None = None) -> Iterator[GenerationEvent]:
+        """:meth:`generate` for a prompt that is already token ids (``ternary bench``, API servers):
+        the same loop, stops, statistics and errors, without the chat template."""
+        if self.model is None:
+            raise TernaryError("the engine was closed")
+        origin = time.perf_counter()
+        if settings is not None:
+            validate_generation_settings(settings)
+        vocab = self.model.vocab_size
+        if any(not 0 <= int(t) < vocab for t in prompt_ids):
+            raise TernaryError(f"prompt token ids must be in 0..{vocab - 1}")
+        return self._start([int(t) for t in prompt_ids], self.resolve_settings(settings), cancel, origin)
+
+    def decode_path(self) -> dict[str, Any]:
+        """How decoding ran so far: CUDA graph or eager, graph replays, the fused step, fallbacks."""
+        dec = self._decoder
+        if dec is None:
+            return {"graph": False, "graph_replays": 0, "step": "eager forward", "fallback_reason": None}
+        return {"graph": bool(dec.use_graph), "graph_replays": int(dec.graph_replays),
+                "step": "fused triton step" if self._fused_step else "engine forward",
+                "fallback_reason": dec.fallback_reason}
+
+    def _start(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken | None,
+               origin: float) -> Iterator[GenerationEvent]:
+        """Checks that must fail before any work (so the caller gets them from the call itself)."""
         ctx = self.model.max_positions
         if not prompt_ids:
             raise TernaryError("the prompt is empty")
@@ -602,13 +623,14 @@ class Engine:
         sampler.observe(tok)
         yield tok
         pos = len(prompt_ids)
-        for _ in range(further):
-            logits = self._forward([tok], pos)
-            self._cached_tokens.append(tok)
-            pos += 1
-            tok = sampler.sample(logits[-1])
-            sampler.observe(tok)
-            yield tok
+        with _cpu_decode_threads(self.device):
+            for _ in range(further):
+                logits = self._forward([tok], pos)
+                self._cached_tokens.append(tok)
+                pos += 1
+                tok = sampler.sample(logits[-1])
+                sampler.observe(tok)
+                yield tok
 
     def _graph_token_stream(self, logits: torch.Tensor, prompt_ids: list[int], s: GenerationSettings,
                             further: int) -> Iterator[int]:
@@ -617,7 +639,9 @@ class Engine:
             from runtime.gpu_decode_qwen35 import fused_decode_step, graph_decoder_for
 
             model = self.model
-            step = fused_decode_step(model) or (lambda tok, pos: model(tok, pos)[-1])
+            fused = fused_decode_step(model)
+            self._fused_step = fused is not None
+            step = fused or (lambda tok, pos: model(tok, pos)[-1])
             self._decoder = graph_decoder_for(model, step, self.device)  # hybrid: warm-up keeps its state
         dec = self._decoder
         dec.configure(s, prompt_ids)
@@ -696,6 +720,30 @@ class Engine:
 # ---------------------------------------------------------------------- helpers
 
 
+@contextlib.contextmanager
+def _cpu_decode_threads(dev: torch.device) -> Iterator[None]:
+    """CPU decode: torch's small ops (norms, RoPE, attention over one query, sampling) on one thread,
+    the ternary matmuls on all of torch's threads.
+
+    One token's small ops are microseconds each; on two threads every one of them ends at an
+    OpenMP barrier, and the idle thread spins on the core the matmul kernels need. Measured on the
+    2-core machine (1.7B shapes, a busy machine): decode 12.6-14.2 -> 20.3-21.6 tok/s. torch's
+    thread count is per calling thread under OpenMP, and restored when decoding ends."""
+    if dev.type != "cpu":
+        yield
+        return
+    from runtime.kernels.cpu import ternary as cpu_ternary
+
+    n = torch.get_num_threads()
+    cpu_ternary.set_kernel_threads(n)
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+        cpu_ternary.set_kernel_threads(0)
+
+
 def _read_model(path: Path) -> ModelData:
     from runtime.formats.loader import load_model
 
@@ -703,14 +751,10 @@ def _read_model(path: Path) -> ModelData:
 
 
 def _model_class(arch: str) -> Any:
-    """The forward-pass class for an architecture (the hybrid is imported only when needed)."""
-    if arch == "qwen3":
-        return Qwen3Model
-    if arch == "qwen35":
-        from runtime.model.qwen35 import Qwen35Model
+    """The forward-pass class for an architecture, from its ArchSpec (imported only when needed)."""
+    from runtime.formats.arch import get_arch
 
-        return Qwen35Model
-    raise UnsupportedModelError(f"architecture {arch!r} is not supported (qwen3 and qwen35 are)")
+    return get_arch(arch).load_model_class()
 
 
 def _needs_placement(plan: Any) -> bool:
@@ -756,7 +800,7 @@ def _choose_context(data: ModelData, dev: torch.device, requested: int | None, m
             raise TernaryError(f"context length must be at least 2 tokens, got {requested}")
         if requested > model_max:
             raise TernaryError(f"context length {requested} exceeds the model's maximum of {model_max}")
-    kv_name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}.get(kv_dtype, "fp16")
+    kv_name = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}.get(kv_dtype, "fp16")
     kw: dict[str, Any] = {} if can_map else {"mapped": False}
     try:
         plan = planner.plan_for_this_machine(data, device=str(dev), max_vram=max_vram, ctx_cap=requested,

@@ -90,7 +90,9 @@ GenerationEvent = TextEvent | DoneEvent | NoticeEvent
 
 
 class CancelToken:
-    """Thread-safe cancellation flag checked by the engine once per token."""
+    """Thread-safe cancellation flag: checked by the engine once per token, and the one type every
+    long task takes (downloads and conversions read it like a ``threading.Event``: ``is_set``,
+    ``set``, ``wait``)."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -98,9 +100,18 @@ class CancelToken:
     def cancel(self) -> None:
         self._event.set()
 
+    set = cancel
+
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Sleep up to ``timeout`` seconds, waking at once when cancelled (a retry back-off)."""
+        return self._event.wait(timeout)
 
 
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}

@@ -8,7 +8,7 @@ device scalars, and the step writes its sampled token back into the input buffer
 position itself, so consecutive replays need no host work at all. The host only reads the
 sampled id (to turn it into text), through pinned memory and an event, *one step behind*: while
 the host detokenizes token ``n`` the GPU is already computing token ``n + 1``. Greedy decoding on CUDA
-samples in one Triton launch (``triton_sampling.DecoderSampler``: penalties, argmax, the buffers above) that
+samples in one Triton launch (``runtime.kernels.triton.sampling.DecoderSampler``: penalties, argmax, the buffers above) that
 also writes the token into that pinned memory itself, so nothing but graph replays and events sits in the
 stream between two steps.
 
@@ -23,13 +23,13 @@ On a CPU (or with ``use_graph=False``) the same step runs eagerly, which is what
 
 from __future__ import annotations
 
-import os
 import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
+from runtime import flags
 from runtime.capture_stream import warmup_stream
 from runtime.generation import GenerationSettings
 
@@ -75,10 +75,10 @@ class GraphDecoder:
         # ops below are the reference and the CPU path; TERNARY_FUSED_SAMPLING=0 turns it off)
         self.sampler = None
         if fused_sampling is None:
-            fused_sampling = self.device.type == "cuda" and os.environ.get("TERNARY_FUSED_SAMPLING", "1") != "0"
+            fused_sampling = self.device.type == "cuda" and flags.value("TERNARY_FUSED_SAMPLING") != "0"
         if fused_sampling:
             try:
-                from runtime.kernels.triton_sampling import DecoderSampler
+                from runtime.kernels.triton.sampling import DecoderSampler
             except ImportError:  # no Triton: the torch ops
                 DecoderSampler = None  # noqa: N806
             if DecoderSampler is not None:
@@ -279,35 +279,6 @@ def enforce_max_vram(max_vram: int, device: torch.device | str = "cuda", context
 # ----------------------------------------------------------------------------------------------
 
 
-class DeviceTernaryGather(torch.nn.Module):
-    """Embedding rows from a packed t2 table, with the bit shifts kept on the device.
-
-    The engine's gather unpacks through a CPU constant that is copied to the GPU on every call,
-    which CUDA-graph capture does not allow; this does the same arithmetic with a device buffer.
-    """
-
-    def __init__(self, codes: torch.Tensor, scales: torch.Tensor, group_size: int) -> None:
-        super().__init__()
-        self.codes, self.scales, self.group_size = codes, scales, group_size
-        self.cols = codes.shape[1] * 4
-        self.register_buffer("shifts", torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=codes.device),
-                             persistent=False)
-
-    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        codes = self.codes.index_select(0, ids)
-        scales = self.scales.index_select(0, ids)
-        trits = ((codes.unsqueeze(-1) >> self.shifts) & 3).reshape(len(ids), -1)
-        w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, self.group_size) * scales.to(torch.float32).unsqueeze(-1)
-        return w.reshape(len(ids), self.cols).to(dtype)
-
-
-def graph_safe_embedding(embed: torch.nn.Module) -> torch.nn.Module:
-    """``embed`` itself, or a :class:`DeviceTernaryGather` over its buffers for a packed t2 table."""
-    if type(embed).__name__ == "TernaryEmbedding" and getattr(embed, "encoding", None) == "t2":
-        return DeviceTernaryGather(embed.codes, embed.scales, embed.group_size)
-    return embed
-
-
 def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     """A one-token forward of the engine's ``Qwen3Model`` built from the fused Triton kernels.
 
@@ -321,9 +292,10 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     head, dense weights, other architectures).
     """
     try:
-        from runtime.kernels import triton_attention as ta
-        from runtime.kernels import triton_linear as tlin
-        from runtime.kernels import triton_rope as tr
+        from runtime.kernels.triton import attention as ta
+        from runtime.kernels.triton import matvec as tlin
+        from runtime.kernels.triton import rope as tr
+        from runtime.kernels.triton.backend import TritonLinear
         from runtime.offload import StreamedLayer
     except ImportError:
         return None
@@ -333,7 +305,7 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
         return None
 
     def lin(m: torch.nn.Module | None) -> torch.nn.Module | None:
-        return m if isinstance(m, tlin.TritonLinear) and m.encoding == "t2" else None
+        return m if isinstance(m, TritonLinear) and m.encoding == "t2" else None
 
     layers = []
     for layer in model.layers:
@@ -347,13 +319,13 @@ def fused_qwen3_step(model: torch.nn.Module) -> StepFn | None:
     head = lin(model.lm_head)
     if head is None:
         return None
-    embed = graph_safe_embedding(model.embed)
+    embed = model.embed  # TernaryEmbedding keeps its constants on the device: graph-capturable
     dtype, eps = model.dtype, cfg.rms_norm_eps
     nq, nkv, hd = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, cfg.head_dim
     sm_scale = hd ** -0.5
     cache = model.cache
     # the attention's split merge writes o_proj's int8 input (a launch that replaces the quantisation launch)
-    merge_q8 = hd & (hd - 1) == 0 and hd % 32 == 0 and os.environ.get("TERNARY_ATTN_MERGE_Q8", "1") != "0"
+    merge_q8 = hd & (hd - 1) == 0 and hd % 32 == 0 and flags.value("TERNARY_ATTN_MERGE_Q8") != "0"
 
     def step(tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         x = embed(tok, dtype)  # [1, H]

@@ -285,7 +285,7 @@ MAPPED_BUFFERS = ("codes", "scales")  # the packed matrix of a Triton ternary li
 
 def _triton_linear_class() -> type | None:
     try:
-        from runtime.kernels.triton_linear import TritonLinear
+        from runtime.kernels.triton.backend import TritonLinear
     except ImportError:  # no Triton: nothing can be mapped
         return None
     return TritonLinear
@@ -409,7 +409,7 @@ class HostEmbedding(torch.nn.Module):
 
 class MappedHostEmbedding(HostEmbedding):
     """An embedding kept in *pinned* host memory and gathered by the GPU itself (zero-copy, see
-    :mod:`runtime.kernels.triton_gather`): no host sync per token, so decode stays graph-captured,
+    :mod:`runtime.kernels.triton.gather`): no host sync per token, so decode stays graph-captured,
     and the table still costs no VRAM. Packed ternary (t2/t3) and dense tables."""
 
     def __init__(self, embed: torch.nn.Module, device: torch.device | str) -> None:
@@ -423,14 +423,14 @@ class MappedHostEmbedding(HostEmbedding):
         if torch.device(device).type != "cuda":
             return False
         try:
-            import runtime.kernels.triton_gather  # noqa: F401
+            import runtime.kernels.triton.gather  # noqa: F401
         except ImportError:
             return False
         kind = type(embed).__name__
         return kind == "DenseEmbedding" or (kind == "TernaryEmbedding" and embed.encoding in ("t2", "t3"))
 
     def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:  # type: ignore[override]
-        from runtime.kernels.triton_gather import gather_rows
+        from runtime.kernels.triton.gather import gather_rows
 
         ids = ids.to(self.device).reshape(-1)
         e = self.inner
@@ -577,10 +577,10 @@ def measure_mapped_read(device: torch.device | str = "cuda", nbytes: int = 128 *
     """Packed weight bytes per second a decode mat-vec gets from a t2 matrix in pinned host memory.
 
     A random ``[~nbytes / row, cols]`` matrix (LM-head-like) is mapped and multiplied by one bf16
-    row through :func:`runtime.kernels.triton_linear.ternary_matvec`, with the launch config a
+    row through :func:`runtime.kernels.triton.matvec.ternary_matvec`, with the launch config a
     mapped layer gets, timed with CUDA events: exactly what a mapped layer costs per byte.
     """
-    from runtime.kernels.triton_linear import ternary_matvec
+    from runtime.kernels.triton.matvec import ternary_matvec
 
     device = torch.device(device)
     row_bytes = cols // 4 + (cols // group_size) * 2

@@ -55,7 +55,7 @@ CONTEXT_BYTES_PER_SM = int(5.8 * MiB)
 ALLOCATOR_SLACK_BYTES = 160 * MiB
 DEFAULT_PREFILL_CHUNK = 512
 SMALLER_PREFILL_CHUNKS = (256, 128, 64)  # tried, in order, when the default chunk cannot reach the context
-KV_DTYPES = {"fp16": 2, "bf16": 2, "int8": 1}
+KV_DTYPES = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
 OFFLOAD_MODES = ("none", "stream", "mapped", "cpu")
 # Assumed share of the pinned host->device copy bandwidth that GPU kernels get reading pinned host
 # memory in place (zero-copy loads are smaller and less deep than a copy engine's DMA); an estimate
@@ -161,61 +161,10 @@ def _elems(t: TernaryTensor | DenseTensor) -> int:
 
 
 def _tensor_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
-    """(name, shape, is_ternary) of every tensor; the synthetic-model tensor lists when available."""
-    try:
-        from runtime.synthetic import TENSOR_SPECS
+    """(name, shape, is_ternary) of every tensor, from the architecture's ArchSpec."""
+    from runtime.formats.arch import TERNARY, get_arch
 
-        if cfg.arch in TENSOR_SPECS:
-            return [(s.name, tuple(s.shape), s.kind == "ternary") for s in TENSOR_SPECS[cfg.arch](cfg)]
-    except ImportError:
-        pass
-    if cfg.arch != "qwen35":
-        raise ValueError(f"no tensor list for architecture {cfg.arch!r}")
-    return _qwen35_shapes(cfg)
-
-
-def _qwen35_shapes(cfg: ModelConfig) -> list[tuple[str, tuple[int, ...], bool]]:
-    """Qwen3.5 hybrid tensor shapes (HF names), used until/unless a synthetic list is registered."""
-    h, hd = cfg.hidden_size, cfg.head_dim
-    hk, hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
-    dk, dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
-    conv_dim = 2 * hk * dk + hv * dv
-    out: list[tuple[str, tuple[int, ...], bool]] = [("model.embed_tokens.weight", (cfg.vocab_size, h), True)]
-    types = cfg.layer_types or ["full_attention"] * cfg.num_layers
-    for i, kind in enumerate(types):
-        p = f"model.layers.{i}."
-        out += [(p + "input_layernorm.weight", (h,), False), (p + "post_attention_layernorm.weight", (h,), False)]
-        if kind == "linear_attention":
-            out += [
-                (p + "linear_attn.in_proj_qkv.weight", (conv_dim, h), True),
-                (p + "linear_attn.in_proj_z.weight", (hv * dv, h), True),
-                (p + "linear_attn.in_proj_b.weight", (hv, h), False),
-                (p + "linear_attn.in_proj_a.weight", (hv, h), False),
-                (p + "linear_attn.conv1d.weight", (conv_dim, 1, cfg.linear_conv_kernel_dim), False),
-                (p + "linear_attn.dt_bias", (hv,), False),
-                (p + "linear_attn.A_log", (hv,), False),
-                (p + "linear_attn.norm.weight", (dv,), False),
-                (p + "linear_attn.out_proj.weight", (h, hv * dv), True),
-            ]
-        else:
-            q_rows = cfg.num_heads * hd * (2 if cfg.attn_output_gate else 1)
-            out += [
-                (p + "self_attn.q_proj.weight", (q_rows, h), True),
-                (p + "self_attn.k_proj.weight", (cfg.num_kv_heads * hd, h), True),
-                (p + "self_attn.v_proj.weight", (cfg.num_kv_heads * hd, h), True),
-                (p + "self_attn.o_proj.weight", (h, cfg.num_heads * hd), True),
-                (p + "self_attn.q_norm.weight", (hd,), False),
-                (p + "self_attn.k_norm.weight", (hd,), False),
-            ]
-        out += [
-            (p + "mlp.gate_proj.weight", (cfg.intermediate_size, h), True),
-            (p + "mlp.up_proj.weight", (cfg.intermediate_size, h), True),
-            (p + "mlp.down_proj.weight", (h, cfg.intermediate_size), True),
-        ]
-    out.append(("model.norm.weight", (h,), False))
-    if not cfg.tie_word_embeddings:
-        out.append(("lm_head.weight", (cfg.vocab_size, h), True))
-    return out
+    return [(t.name, tuple(t.shape), t.kind == TERNARY) for t in get_arch(cfg.arch).tensor_list(cfg)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,7 +187,7 @@ def kv_bytes_per_token(cfg: ModelConfig, kv_dtype: str = "fp16", layers: int | N
 
 def recurrent_state_bytes_per_layer(cfg: ModelConfig) -> int:
     """Fixed state of one Gated-DeltaNet layer: fp32 recurrent [Hv, Dk, Dv] + fp32 conv [C, kernel]."""
-    if cfg.arch != "qwen35":
+    if not cfg.linear_num_value_heads:  # no linear-attention layers (dense architectures)
         return 0
     conv_dim = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + cfg.linear_num_value_heads * cfg.linear_value_head_dim
     rec = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
@@ -257,11 +206,11 @@ def workspace_bytes(cfg: ModelConfig, prefill_chunk: int = DEFAULT_PREFILL_CHUNK
     h, ffn = cfg.hidden_size, cfg.intermediate_size
     q_out = cfg.num_heads * cfg.head_dim * (2 if cfg.attn_output_gate else 1)
     kv_out = cfg.num_kv_heads * cfg.head_dim
-    if cfg.arch == "qwen35":
+    if cfg.linear_num_value_heads:  # linear-attention (DeltaNet) projections
         lin = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim + 2 * cfg.linear_num_value_heads * cfg.linear_value_head_dim
         q_out = max(q_out, lin)
     per_token = 2 * (6 * h + 2 * q_out + 2 * kv_out + 3 * ffn)  # fp16 activations alive at once
-    # the prefill GEMM dequantizes a matrix in row chunks of <= 32 MiB (triton_linear.DEQUANT_BUFFER_ELEMS)
+    # the prefill GEMM dequantizes a matrix in row chunks of <= 32 MiB (runtime.kernels.triton.gemm.DEQUANT_BUFFER_ELEMS)
     prefill = prefill_chunk * per_token + min(2 * largest_matrix_elems, 32 * MiB)
     sampler = cfg.vocab_size * (4 * 4 + 4 + 8)  # fp32 logits/probs/noise/work, counts, sorted idx
     return prefill + sampler + ALLOCATOR_SLACK_BYTES
@@ -580,6 +529,15 @@ def plan_memory(
     bad = [m for m in modes if m not in OFFLOAD_MODES[1:]]
     if bad or not modes:
         raise ValueError(f"offload mode must be 'stream', 'mapped' or 'cpu', got {(bad or [''])[0]!r}")
+    from runtime.formats.arch import get_arch
+
+    supported = get_arch(cfg.arch).offload_modes  # the architecture's capabilities
+    if offload_mode is not None and offload_mode not in supported:
+        raise ValueError(f"{cfg.arch} models cannot run with offload mode {offload_mode!r} "
+                         f"(supported: {', '.join(m for m in supported if m != 'none')})")
+    modes = [m for m in modes if m in supported]
+    if not modes:
+        raise ValueError(f"{cfg.arch} models support none of the offload modes asked for")
     model_max = cfg.max_position_embeddings
     cap = model_max if not ctx_cap else min(ctx_cap, model_max)
     cap = max(CTX_ALIGN, (cap // CTX_ALIGN) * CTX_ALIGN)

@@ -41,13 +41,13 @@ capture failed (``fallback_reason`` says why).
 
 from __future__ import annotations
 
-import os
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from runtime import flags
 from runtime.capture_stream import warmup_stream
 
 MIN_BUCKET = 16
@@ -115,7 +115,7 @@ def graph_prefill_enabled() -> bool:
     """Graph-captured prefill is on unless ``TERNARY_GRAPH_PREFILL=0``: measured on the H200 (8B,
     512-token prompt, docs/benchmarks.md) it cut the warm time to first token from 61-99 ms (eager,
     launch-bound and noisy) to 45 ms with the same tokens and a lower peak."""
-    return os.environ.get("TERNARY_GRAPH_PREFILL", "1") != "0"
+    return flags.value("TERNARY_GRAPH_PREFILL") != "0"
 
 
 def graph_unsupported_reason(model: Any) -> str | None:
@@ -163,7 +163,7 @@ def _kernel_scratch() -> list[torch.Tensor]:
     reference to it for as long as the graph lives (otherwise the allocator could hand its
     memory to someone else while the graph still writes there)."""
     try:
-        from runtime.kernels import triton_linear as tlin
+        from runtime.kernels.triton import launch as tlin
     except ImportError:
         return []
     keep: list[torch.Tensor] = []

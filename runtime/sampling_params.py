@@ -2,7 +2,7 @@
 
 Why one module: the app refused temperature -1 while ``ternary generate --temperature -1`` ran it
 and ``--temperature nan`` crashed deep in the sampler; limits that live in two places drift. The
-app's settings (``app.settings_model.LIMITS``), the CLI's argparse types (:func:`cli_type`) and
+app's settings (``app.core.settings_model.LIMITS``), the CLI's argparse types (:func:`cli_type`) and
 the engine (:func:`validate_generation_settings`, called by ``Engine.generate`` and the
 :class:`~runtime.sampling.Sampler`) all read :data:`RULES`. No torch import: the app's settings
 model loads this without the runtime.

@@ -11,20 +11,20 @@ about ``1/sqrt(2/3 * fan_in)`` (0.01-0.05 for Bonsai widths) so activations stay
 layers, norm weights ~1.0. The tokenizer is a byte-level BPE with 256 byte tokens and no merges
 plus Qwen's chat special tokens, so any text round-trips; generated text is meaningless.
 
-Per-architecture tensor lists live in :data:`TENSOR_SPECS` (``"qwen3"`` here; the hybrid
-``"qwen35"`` list is added by the 27B work).
+The tensor list (names, shapes, roles) is the architecture's own
+(:meth:`runtime.formats.arch.ArchSpec.tensor_list`); this module only draws values per role.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 
 from runtime.errors import UnsupportedModelError
 from runtime.formats import codecs
+from runtime.formats.arch import TERNARY, TensorInfo, get_arch, known_arch_names
 from runtime.formats.model_data import (
     T2,
     T3,
@@ -42,52 +42,33 @@ DEFAULT_GROUP_SIZE = 128
 _CHUNK_ELEMS = 8 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One tensor of a synthetic model: ``kind`` is "ternary" (2-D) or "norm" (1-D, ~1.0)."""
-
-    name: str
-    kind: str
-    shape: tuple[int, ...]
+TensorSpec = TensorInfo  # one tensor of a synthetic model: name, role ("ternary", "norm", ...), shape
 
 
-def qwen3_tensor_specs(cfg: ModelConfig) -> list[TensorSpec]:
-    """Canonical (Hugging Face) tensor names and shapes of a Qwen3 dense model."""
-    h, hd = cfg.hidden_size, cfg.head_dim
-    q_out, kv_out = cfg.num_heads * hd, cfg.num_kv_heads * hd
-    specs = [TensorSpec("model.embed_tokens.weight", "ternary", (cfg.vocab_size, h))]
-    for i in range(cfg.num_layers):
-        p = f"model.layers.{i}."
-        specs += [
-            TensorSpec(p + "input_layernorm.weight", "norm", (h,)),
-            TensorSpec(p + "self_attn.q_proj.weight", "ternary", (q_out, h)),
-            TensorSpec(p + "self_attn.k_proj.weight", "ternary", (kv_out, h)),
-            TensorSpec(p + "self_attn.v_proj.weight", "ternary", (kv_out, h)),
-            TensorSpec(p + "self_attn.o_proj.weight", "ternary", (h, q_out)),
-            TensorSpec(p + "self_attn.q_norm.weight", "norm", (hd,)),
-            TensorSpec(p + "self_attn.k_norm.weight", "norm", (hd,)),
-            TensorSpec(p + "post_attention_layernorm.weight", "norm", (h,)),
-            TensorSpec(p + "mlp.gate_proj.weight", "ternary", (cfg.intermediate_size, h)),
-            TensorSpec(p + "mlp.up_proj.weight", "ternary", (cfg.intermediate_size, h)),
-            TensorSpec(p + "mlp.down_proj.weight", "ternary", (h, cfg.intermediate_size)),
-        ]
-    specs.append(TensorSpec("model.norm.weight", "norm", (h,)))
-    if not cfg.tie_word_embeddings:
-        specs.append(TensorSpec("lm_head.weight", "ternary", (cfg.vocab_size, h)))
-    return specs
+def tensor_specs(cfg: ModelConfig) -> list[TensorInfo]:
+    """The architecture's tensors (its ArchSpec's list); refuses an architecture with none."""
+    try:
+        spec = get_arch(cfg.arch)
+    except UnsupportedModelError as exc:
+        raise UnsupportedModelError(f"no synthetic tensor list for architecture {cfg.arch!r}: {exc}") from None
+    return spec.tensor_list(cfg)
 
 
-# arch -> tensor list. The qwen35 hybrid entry is registered by the 27B work.
-def _qwen35_tensor_specs(cfg: ModelConfig) -> list[TensorSpec]:
-    from runtime.model.qwen35_synthetic import qwen35_tensor_specs  # lazy: it imports this module
+class _TensorSpecsByArch(Mapping[str, Callable[[ModelConfig], list[TensorInfo]]]):
+    """``TENSOR_SPECS[arch](cfg)``: a read-only view of the registry for callers that index by name."""
 
-    return qwen35_tensor_specs(cfg)
+    def __getitem__(self, arch: str) -> Callable[[ModelConfig], list[TensorInfo]]:
+        return get_arch(arch).tensor_list
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(known_arch_names())
+
+    def __len__(self) -> int:
+        return len(known_arch_names())
 
 
-TENSOR_SPECS: dict[str, Callable[[ModelConfig], list[TensorSpec]]] = {
-    "qwen3": qwen3_tensor_specs,
-    "qwen35": _qwen35_tensor_specs,
-}
+TENSOR_SPECS = _TensorSpecsByArch()
+
 
 # byte value -> packed t2 byte, for the 81 bytes whose four codes are all in {0, 1, 2}
 _T2_TERNARY_BYTES = torch.tensor(
@@ -145,6 +126,89 @@ def _random_norm(name: str, shape: tuple[int, ...], seed: int) -> DenseTensor:
     return DenseTensor(1.0 + 0.05 * torch.randn(shape, generator=g, dtype=torch.float32))
 
 
+def random_dense(info: TensorInfo, seed: int) -> DenseTensor:
+    """A float tensor for a non-ternary role, in the range a trained model has (drawn on the CPU)."""
+    g = _generator(seed, info.name)
+    shape = info.shape
+    if info.kind in ("norm", "gated_norm"):
+        return _random_norm(info.name, shape, seed)
+    if info.kind == "proj_bf16":
+        return DenseTensor((torch.randn(shape, generator=g) / shape[-1] ** 0.5).to(torch.bfloat16))
+    if info.kind == "conv":
+        return DenseTensor(torch.randn(shape, generator=g) * (0.5 / shape[-1] ** 0.5))
+    if info.kind in ("a_log", "a"):
+        a_log = torch.empty(shape).uniform_(1.0, 16.0, generator=g).log()
+        return DenseTensor(a_log if info.kind == "a_log" else -torch.exp(a_log))
+    if info.kind == "dt_bias":
+        return DenseTensor(0.5 * torch.randn(shape, generator=g))
+    raise ValueError(f"unknown synthetic tensor kind {info.kind!r} for {info.name}")
+
+
+def _device_generator(seed: int, name: str, device: torch.device) -> torch.Generator:
+    if device.type == "cpu":
+        return _generator(seed, name)
+    g = torch.Generator(device=device)
+    g.manual_seed(_generator(seed, name).initial_seed())
+    return g
+
+
+def random_ternary_t3(name: str, shape: tuple[int, int], seed: int = 0, group_size: int = DEFAULT_GROUP_SIZE,
+                      device: torch.device | str = "cpu") -> TernaryTensor:
+    """Random ternary weights drawn directly in the base-3 ``t3`` packing (uniform trits).
+
+    Byte ``m`` of a group holds 5 trits (0..242); the last byte of a group holds only the
+    ``group_size % 5`` remaining trits (0..3^r - 1), as :func:`runtime.formats.codecs.pack_t3` makes.
+    ``device="cuda"`` draws on the GPU (seconds instead of minutes for the 27B; the values then
+    come from the CUDA generator, deterministic per seed but different from the CPU draw).
+    """
+    rows, cols = shape
+    device = torch.device(device)
+    g = _device_generator(seed, name, device)
+    groups = cols // group_size
+    full, rem = divmod(group_size, 5)
+    nbg = full + (1 if rem else 0)
+    packed = torch.empty(rows, groups, nbg, dtype=torch.uint8, device=device)
+    step = max(1, _CHUNK_ELEMS // (groups * nbg))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        packed[r0:r1, :, :full] = torch.randint(0, 243, (r1 - r0, groups, full), generator=g,
+                                                device=device).to(torch.uint8)
+        if rem:
+            packed[r0:r1, :, full] = torch.randint(0, 3 ** rem, (r1 - r0, groups), generator=g,
+                                                   device=device).to(torch.uint8)
+    base = (1.5 / cols) ** 0.5
+    scales = ((torch.rand(rows, groups, generator=g, device=device) + 0.5) * base).to(torch.float16)
+    return TernaryTensor((rows, cols), group_size, packed.view(rows, groups * nbg), scales, T3)
+
+
+def random_ternary_t2(name: str, shape: tuple[int, int], seed: int = 0, group_size: int = DEFAULT_GROUP_SIZE,
+                      device: torch.device | str = "cpu") -> TernaryTensor:
+    """Random ternary weights in the 2-bit ``t2`` packing, drawn on ``device`` (uniform codes 0..2).
+
+    Each byte is one of the 81 bytes whose four 2-bit codes are all in {0, 1, 2} (a uniform draw of
+    the byte index, looked up in a table on the device), so no code 3 is ever produced. Scales as
+    :func:`random_ternary`. Deterministic per ``(seed, name, device type)``; on CUDA the values come
+    from the CUDA generator (seconds for the 27B instead of minutes), so they differ from the CPU
+    draw of :func:`random_ternary`.
+    """
+    rows, cols = shape
+    if cols % group_size or group_size % 4:
+        raise ValueError(f"{name}: width {cols} / group size {group_size} do not fit the t2 layout")
+    device = torch.device(device)
+    g = _device_generator(seed, name, device)
+    table = _T2_TERNARY_BYTES.to(device)
+    nb = cols // 4
+    packed = torch.empty(rows, nb, dtype=torch.uint8, device=device)
+    step = max(1, _CHUNK_ELEMS // nb)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        idx = torch.randint(0, 81, (r1 - r0, nb), generator=g, device=device, dtype=torch.int64)
+        packed[r0:r1] = table[idx]
+    base = (1.5 / cols) ** 0.5
+    scales = ((torch.rand(rows, cols // group_size, generator=g, device=device) + 0.5) * base).to(torch.float16)
+    return TernaryTensor((rows, cols), group_size, packed, scales, T2)
+
+
 def synthetic_config(name: str) -> ModelConfig:
     """A copy of ``SYNTHETIC_CONFIGS[name]`` (callers may tweak it without touching the table)."""
     if name not in SYNTHETIC_CONFIGS:
@@ -154,23 +218,28 @@ def synthetic_config(name: str) -> ModelConfig:
 
 
 def synthetic_tensors(cfg: ModelConfig, seed: int = 0, encoding: str = T2,
-                      group_size: int = DEFAULT_GROUP_SIZE) -> Iterator[tuple[str, Tensor]]:
-    """Yield ``(name, tensor)`` one at a time, so a writer can stream a large model to disk."""
-    if cfg.arch == "qwen35":  # keep-list tensors (BF16 a/b, conv, A, dt_bias) have their own kinds
-        from runtime.model.qwen35_synthetic import qwen35_synthetic_tensors
+                      group_size: int = DEFAULT_GROUP_SIZE, device: torch.device | str = "cpu",
+                      direct_t3: bool = False) -> Iterator[tuple[str, Tensor]]:
+    """Yield ``(name, tensor)`` one at a time, so a writer can stream a large model to disk.
 
-        yield from qwen35_synthetic_tensors(cfg, seed, encoding, group_size)
-        return
-    if cfg.arch not in TENSOR_SPECS:
-        raise UnsupportedModelError(
-            f"no synthetic tensor list for architecture {cfg.arch!r} (have: {', '.join(TENSOR_SPECS)})")
-    for spec in TENSOR_SPECS[cfg.arch](cfg):
-        if spec.kind == "ternary":
-            yield spec.name, random_ternary(spec.name, spec.shape, seed, group_size, encoding)  # type: ignore[arg-type]
-        elif spec.kind == "norm":
-            yield spec.name, _random_norm(spec.name, spec.shape, seed)
+    Ternary matrices: on the CPU in t2 (t3 = the same codes repacked) unless ``direct_t3`` draws
+    base-3 codes directly (what a PTQ1 file holds; minutes faster for the 27B); off the CPU
+    (``device``) they are drawn there. Other roles are drawn on the CPU and moved.
+    """
+    device = torch.device(device)
+    if encoding not in (T2, T3):
+        raise ValueError(f"unknown ternary encoding {encoding!r}")
+    for info in tensor_specs(cfg):
+        if info.kind == TERNARY:
+            shape = (info.shape[0], info.shape[1])
+            if encoding == T3 and (direct_t3 or device.type != "cpu"):
+                yield info.name, random_ternary_t3(info.name, shape, seed, group_size, device)
+            elif device.type != "cpu":
+                yield info.name, random_ternary_t2(info.name, shape, seed, group_size, device)
+            else:
+                yield info.name, random_ternary(info.name, shape, seed, group_size, encoding)
         else:
-            raise ValueError(f"unknown synthetic tensor kind {spec.kind!r} for {spec.name}")
+            yield info.name, DenseTensor(random_dense(info, seed).data.to(device))
 
 
 # Qwen's chat special tokens, placed right after the 256 byte tokens.
@@ -243,7 +312,7 @@ def synthetic_model(name: str, seed: int = 0, encoding: str | None = None,
     if encoding is None:
         encoding = T3 if name.endswith("-ptq1") else T2
     cfg = synthetic_config(name)
-    tensors = dict(synthetic_tensors(cfg, seed, encoding, group_size))
+    tensors = dict(synthetic_tensors(cfg, seed, encoding, group_size, direct_t3=True))
     return ModelData(
         config=cfg,
         tensors=tensors,

@@ -73,8 +73,7 @@ def real_chat(app, w, settings, model_path: str, question: str, n_tokens: int, s
     import dataclasses
 
     import app.main_window as mw
-    from app.main_window import model_key
-    from app.settings_model import SamplingSettings
+    from app.core.settings_model import SamplingSettings, model_key
 
     original = mw.generation_settings
     mw.generation_settings = lambda s: dataclasses.replace(original(s), ignore_eos=True)  # a full-length reply
@@ -95,8 +94,7 @@ def warm_up(app, w, settings, model_path: str, lengths) -> None:
     import dataclasses
 
     import app.main_window as mw
-    from app.main_window import model_key
-    from app.settings_model import SamplingSettings
+    from app.core.settings_model import SamplingSettings, model_key
 
     original = mw.generation_settings
     mw.generation_settings = lambda s: dataclasses.replace(original(s), ignore_eos=True)  # random model: long replies
@@ -127,16 +125,17 @@ def main() -> int:
     from PySide6.QtCore import QTranslator
     from PySide6.QtWidgets import QApplication
 
-    from app.main import create_app, install_translation
+    from app.main import create_app
     from app.theme import apply_theme
+    from app.translation import install_translation
 
     app = create_app([sys.argv[0]], "en", "light")
     _cjk_font(app)
 
     import shutil
 
-    from app.main_window import MainWindow, model_key
-    from app.settings_model import AppSettings, SamplingSettings
+    from app.core.settings_model import AppSettings, SamplingSettings, model_key
+    from app.main_window import MainWindow
     from tests.model_factory import tiny_model_files
 
     if args.only == "documents":
@@ -244,8 +243,8 @@ def documents_shots(app, home: Path, out: Path) -> int:
     import shutil
 
     import app.main_window as mw
-    from app.main_window import MainWindow, model_key
-    from app.settings_model import AppSettings, SamplingSettings
+    from app.core.settings_model import AppSettings, SamplingSettings, model_key
+    from app.main_window import MainWindow
     from tests.app.pdf_samples import pages_pdf
     from tests.model_factory import tiny_model_files
 

@@ -171,8 +171,8 @@ ZH: dict[str, str] = {
     "Decode precision": "解码精度",
     "Fast (8-bit activations)": "快速（8 位激活）",
     "Exact": "精确",
-    "On a GPU, Fast rounds each token's activations to 8 bits inside the matrix kernels, like llama.cpp: about 1.6x faster answers, slightly different wording. Exact keeps full precision. Used from the next model load.":
-        "在 GPU 上，快速模式会在矩阵内核中把每个词元的激活值舍入到 8 位（与 llama.cpp 相同）：回答快约 1.6 倍，措辞可能略有不同。精确模式保持完整精度。从下次加载模型起生效。",
+    "Fast rounds each token's activations to 8 bits inside the matrix kernels, like llama.cpp: on a GPU about 1.6x faster answers, on the CPU faster where the processor has 8-bit dot products; slightly different wording. Exact keeps full precision. Used from the next model load.":
+        "快速模式会在矩阵内核中把每个词元的激活值舍入到 8 位（与 llama.cpp 相同）：在 GPU 上回答快约 1.6 倍，在 CPU 上当处理器支持 8 位点积时更快；措辞可能略有不同。精确模式保持完整精度。从下次加载模型起生效。",
     "Decode precision trade-off": "解码精度的取舍",
     "Language": "语言",
     "Last: %1 tokens/s, peak %2": "最近一次：%1 词元/秒，峰值 %2",

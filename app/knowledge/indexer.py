@@ -24,7 +24,7 @@ from typing import Protocol
 
 import numpy as np
 
-from app.documents import MAX_DOCUMENT_BYTES, DocumentError, extract_text, is_indexable
+from app.core.documents import MAX_DOCUMENT_BYTES, DocumentError, extract_text, is_indexable
 from app.knowledge.passages import split_document
 from app.knowledge.store import FileRecord, KnowledgeStore, covers
 from runtime.errors import CancelledError

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.documents import Document
+from app.core.documents import Document
 
 TARGET_TOKENS = 200  # a passage is closed once it reaches this size...
 MAX_TOKENS = 300  # ...and never grows past this (a longer paragraph is split by sentences)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.history import classify_sqlite_error
+from app.core.history import classify_sqlite_error
 from runtime.errors import TernaryError
 
 SCHEMA_VERSION = 1
@@ -137,7 +137,7 @@ class KnowledgeError(TernaryError):
 
 
 def _classify(exc: BaseException) -> str:
-    """:func:`app.history.classify_sqlite_error`, plus ``no_fts`` for an SQLite built without FTS5."""
+    """:func:`app.core.history.classify_sqlite_error`, plus ``no_fts`` for an SQLite built without FTS5."""
     if "no such module: fts5" in str(exc).lower():
         return "no_fts"
     return classify_sqlite_error(exc)
@@ -221,7 +221,7 @@ class FileRecord:
 
 
 def default_knowledge_path() -> Path:
-    from app.paths import data_dir
+    from app.core.paths import data_dir
 
     return data_dir() / "knowledge.sqlite3"
 
@@ -721,7 +721,7 @@ def open_knowledge_store(path: str | Path | None = None, *,
     ``<stem>-v<N>.sqlite3`` beside it; locked / unwritable / no FTS5 -> a store in memory for this
     session.
     """
-    from app.history import move_aside
+    from app.core.history import move_aside
 
     try:
         path = Path(path) if path is not None else default_knowledge_path()

@@ -36,7 +36,7 @@ class _ProgressPrinter:
         self.last_pct = -10.0
 
     def __call__(self, p) -> None:
-        from runtime.hub.download import format_bytes
+        from runtime.devices import format_bytes
 
         now = time.monotonic()
         if p.phase != "downloading":

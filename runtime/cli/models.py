@@ -50,8 +50,8 @@ def _add(args: argparse.Namespace, catalog) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    from runtime.devices import format_bytes
     from runtime.hub.catalog import Catalog
-    from runtime.hub.download import format_bytes
     from runtime.hub.paths import HubPaths
     from runtime.hub.store import ModelStore, repo_slug
 

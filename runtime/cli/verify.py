@@ -128,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from runtime.atomic import read_json
+    from runtime.devices import format_bytes
     from runtime.formats.file_checks import path_kind
-    from runtime.hub.download import format_bytes
     from runtime.hub.store import ModelStore
     from runtime.hub.verify import verify_file
 

@@ -1,10 +1,11 @@
-"""qwen35 (Qwen3.5-family hybrid: Ternary-Bonsai-27B, Bonsai 2) in the format architecture registry.
+"""The qwen35 architecture (Qwen3.5-family hybrid: Ternary-Bonsai-27B, Bonsai 2): its ArchSpec.
 
 Names and conventions live in :mod:`runtime.formats.qwen35_names`; this module only adapts them to
 :class:`runtime.formats.arch.ArchSpec`. Source conventions: a GGUF source keeps the +1-folded norms
 and ``ssm_a = -exp(A_log)`` as stored (``norm_weight_offset == 0`` and tensor
 ``linear_attn.A``); an HF source keeps zero-centred norms and ``linear_attn.A_log``
-(``norm_weight_offset == 1``). ``expected_shapes`` follows the same rule.
+(``norm_weight_offset == 1``). :func:`tensor_list` (the one list of this architecture's
+tensors: readers, planner, synthetic weights and the model all read it) follows the same rule.
 
 Value transforms that a rename cannot express use the ArchSpec hooks: ``gguf_name_fn`` (MTP
 tensors dropped), ``shape_from_gguf`` (conv ``[C, K]`` -> ``[C, 1, K]``), ``tensor_from_gguf``
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runtime.formats import qwen35_names as q
-from runtime.formats.arch import ArchSpec, register_arch
+from runtime.formats.arch import NORM, TERNARY, ArchSpec, TensorInfo, register_arch
 from runtime.formats.config_schema import validate_config
 from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS, _split_then_bytelevel
 from runtime.formats.model_data import Tensor
@@ -32,47 +33,51 @@ GGUF_GLOBAL = dict(q._GLOBAL_NAMES)
 GGUF_BLOCK = dict(q._LAYER_NAMES)
 
 
-def expected_shapes(c: ModelConfig) -> dict[str, Shape]:
+def tensor_list(c: ModelConfig) -> list[TensorInfo]:
+    """The tensors in file order. Roles beyond ternary/norm (the DeltaNet keep-list, stored as
+    floats in Bonsai files): ``proj_bf16`` (in_proj_a/b), ``conv``, ``a`` (GGUF convention,
+    ``-exp(A_log)``) or ``a_log`` (HF convention), ``dt_bias``, ``gated_norm``."""
     h, hd = c.hidden_size, c.head_dim
     kd = c.linear_num_key_heads * c.linear_key_head_dim
     vd = c.linear_num_value_heads * c.linear_value_head_dim
     nv = c.linear_num_value_heads
-    a_name = "A_log" if c.norm_weight_offset else "A"
-    out: dict[str, Shape] = {"model.embed_tokens.weight": (c.vocab_size, h), "model.norm.weight": (h,)}
-    if not c.tie_word_embeddings:
-        out["lm_head.weight"] = (c.vocab_size, h)
+    out = [TensorInfo("model.embed_tokens.weight", TERNARY, (c.vocab_size, h))]
     for i, kind in enumerate(c.layer_types or []):
         p = f"model.layers.{i}."
-        out.update({
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "mlp.gate_proj.weight": (c.intermediate_size, h),
-            p + "mlp.up_proj.weight": (c.intermediate_size, h),
-            p + "mlp.down_proj.weight": (h, c.intermediate_size),
-        })
+        out.append(TensorInfo(p + "input_layernorm.weight", NORM, (h,)))
         if kind == "linear_attention":
             a = p + "linear_attn."
-            out.update({
-                a + "in_proj_qkv.weight": (2 * kd + vd, h),
-                a + "in_proj_z.weight": (vd, h),
-                a + "in_proj_b.weight": (nv, h),
-                a + "in_proj_a.weight": (nv, h),
-                a + "conv1d.weight": (2 * kd + vd, 1, c.linear_conv_kernel_dim),
-                a + a_name: (nv,),
-                a + "dt_bias": (nv,),
-                a + "norm.weight": (c.linear_value_head_dim,),
-                a + "out_proj.weight": (h, vd),
-            })
+            out += [
+                TensorInfo(a + "in_proj_qkv.weight", TERNARY, (2 * kd + vd, h)),
+                TensorInfo(a + "in_proj_z.weight", TERNARY, (vd, h)),
+                TensorInfo(a + "in_proj_b.weight", "proj_bf16", (nv, h)),
+                TensorInfo(a + "in_proj_a.weight", "proj_bf16", (nv, h)),
+                TensorInfo(a + "conv1d.weight", "conv", (2 * kd + vd, 1, c.linear_conv_kernel_dim)),
+                TensorInfo(a + ("A_log" if c.norm_weight_offset else "A"),
+                           "a_log" if c.norm_weight_offset else "a", (nv,)),
+                TensorInfo(a + "dt_bias", "dt_bias", (nv,)),
+                TensorInfo(a + "norm.weight", "gated_norm", (c.linear_value_head_dim,)),
+                TensorInfo(a + "out_proj.weight", TERNARY, (h, vd)),
+            ]
         else:
             s = p + "self_attn."
-            out.update({
-                s + "q_proj.weight": (c.num_heads * hd * (2 if c.attn_output_gate else 1), h),
-                s + "k_proj.weight": (c.num_kv_heads * hd, h),
-                s + "v_proj.weight": (c.num_kv_heads * hd, h),
-                s + "o_proj.weight": (h, c.num_heads * hd),
-                s + "q_norm.weight": (hd,),
-                s + "k_norm.weight": (hd,),
-            })
+            out += [
+                TensorInfo(s + "q_proj.weight", TERNARY, (c.num_heads * hd * (2 if c.attn_output_gate else 1), h)),
+                TensorInfo(s + "k_proj.weight", TERNARY, (c.num_kv_heads * hd, h)),
+                TensorInfo(s + "v_proj.weight", TERNARY, (c.num_kv_heads * hd, h)),
+                TensorInfo(s + "o_proj.weight", TERNARY, (h, c.num_heads * hd)),
+                TensorInfo(s + "q_norm.weight", NORM, (hd,)),
+                TensorInfo(s + "k_norm.weight", NORM, (hd,)),
+            ]
+        out += [
+            TensorInfo(p + "post_attention_layernorm.weight", NORM, (h,)),
+            TensorInfo(p + "mlp.gate_proj.weight", TERNARY, (c.intermediate_size, h)),
+            TensorInfo(p + "mlp.up_proj.weight", TERNARY, (c.intermediate_size, h)),
+            TensorInfo(p + "mlp.down_proj.weight", TERNARY, (h, c.intermediate_size)),
+        ]
+    out.append(TensorInfo("model.norm.weight", NORM, (h,)))
+    if not c.tie_word_embeddings:
+        out.append(TensorInfo("lm_head.weight", TERNARY, (c.vocab_size, h)))
     return out
 
 
@@ -164,9 +169,10 @@ register_arch(_Qwen35Spec(
     name="qwen35",
     gguf_arch="qwen35",
     hf_model_types=["qwen3_5", "qwen3_5_text"],
+    hf_architectures=["Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM"],
     gguf_global_names=GGUF_GLOBAL,
     gguf_block_names=GGUF_BLOCK,
-    expected_shapes=expected_shapes,
+    tensor_list=tensor_list,
     is_ternary=is_ternary,
     config_from_gguf=config_from_gguf,
     config_from_hf=config_from_hf,
@@ -176,4 +182,5 @@ register_arch(_Qwen35Spec(
     tensor_from_gguf=tensor_from_gguf,
     tensor_to_gguf=tensor_to_gguf,
     shape_from_gguf=gguf_shape,
+    model_class="runtime.model.qwen35:Qwen35Model",
 ))

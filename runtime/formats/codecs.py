@@ -1,4 +1,6 @@
-"""Bit-level codecs for the canonical ternary encodings (``t2``, ``t3``).
+"""Bit-level codecs for the canonical ternary encodings (``t2``, ``t3``), and :class:`TernaryTensor`,
+the packed tensor they read and write (its layout is described in :mod:`runtime.formats.model_data`,
+which re-exports it; defined here so that the codec does not import the model representation back).
 
 GGUF block codecs (Q2_0, PQ2_0, PTQ1_0, TQ1_0, TQ2_0, Q8_0, Q4_0) live in
 :mod:`runtime.formats.gguf_codecs`; they convert to and from these canonical encodings.
@@ -6,9 +8,52 @@ GGUF block codecs (Q2_0, PQ2_0, PTQ1_0, TQ1_0, TQ2_0, Q8_0, Q4_0) live in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-from runtime.formats.model_data import T2, T3, TernaryTensor, t3_bytes_per_group
+T2 = "t2"
+T3 = "t3"
+
+
+def t3_bytes_per_group(group_size: int) -> int:
+    return (group_size + 4) // 5
+
+
+@dataclass
+class TernaryTensor:
+    """A ternary weight matrix in the canonical packed layout (see :mod:`runtime.formats.model_data`)."""
+
+    shape: tuple[int, int]
+    group_size: int
+    codes: torch.Tensor  # uint8
+    scales: torch.Tensor  # float16 [rows, cols // group_size]
+    encoding: str = T2
+
+    def __post_init__(self) -> None:
+        rows, cols = self.shape
+        if cols % self.group_size:
+            raise ValueError(f"cols {cols} is not a multiple of group size {self.group_size}")
+        groups = cols // self.group_size
+        if self.encoding == T2:
+            expect = (rows, cols // 4)
+        elif self.encoding == T3:
+            expect = (rows, groups * t3_bytes_per_group(self.group_size))
+        else:
+            raise ValueError(f"unknown ternary encoding {self.encoding!r}")
+        if tuple(self.codes.shape) != expect or self.codes.dtype != torch.uint8:
+            raise ValueError(f"codes must be uint8{list(expect)}, got {self.codes.dtype}{list(self.codes.shape)}")
+        if tuple(self.scales.shape) != (rows, groups) or self.scales.dtype != torch.float16:
+            raise ValueError(f"scales must be float16[{rows}, {groups}], got {self.scales.dtype}{list(self.scales.shape)}")
+
+    @property
+    def nbytes(self) -> int:
+        return self.codes.numel() + self.scales.numel() * 2
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Full-precision copy. For tests and small models only, never on the hot path."""
+        return dequantize_ternary(self, dtype)
+
 
 _SHIFTS = torch.tensor([0, 2, 4, 6], dtype=torch.uint8)
 _POW3 = torch.tensor([1, 3, 9, 27, 81], dtype=torch.int32)

@@ -271,7 +271,7 @@ def validate_config(c: ModelConfig, source: str, names: Mapping[str, str] | None
     rs = c.rope_scaling
     if rs is not None:
         r = Fields(vars(rs), source, prefix=names.get("rope_scaling", "rope_scaling") + ".")
-        r.str("type", choices=("yarn", "linear", "default"))
+        r.str("type", choices=("yarn", "linear", "llama3", "default"))
         r.float("factor", lo=0.0, hi=1024.0, lo_open=True)
         r.int("original_max_position_embeddings", lo=0, hi=MAX_CONTEXT)
         r.float("beta_fast", lo=0.0, hi=1e4)
@@ -279,6 +279,11 @@ def validate_config(c: ModelConfig, source: str, names: Mapping[str, str] | None
         for k in ("attention_factor", "mscale", "mscale_all_dim"):
             r.float(k, None, lo=0.0, hi=100.0, lo_open=k == "attention_factor")
         r.bool("truncate")
+        r.float("low_freq_factor", lo=0.0, hi=1e4, lo_open=True)
+        r.float("high_freq_factor", lo=0.0, hi=1e4, lo_open=True)
+        if rs.type == "llama3" and rs.high_freq_factor <= rs.low_freq_factor:
+            raise r.fail("high_freq_factor", f"({rs.high_freq_factor}) must be above low_freq_factor "
+                                             f"({rs.low_freq_factor})")
     if c.arch == "qwen35":
         f.int("linear_num_key_heads", lo=1, hi=MAX_HEADS)
         f.int("linear_num_value_heads", lo=1, hi=MAX_HEADS)

@@ -71,7 +71,9 @@ def convert(src: str | os.PathLike[str], out: str | os.PathLike[str], *, quantiz
         raise ModelFormatError(f"{out_p}: output would overwrite the source")
     if out_p.is_dir():
         raise ModelFormatError(f"{out_p}: output is a folder; give a file name like model.ternary")
-    source = open_source(src_p, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding)
+    # strict: the .ternary header is written before the tensors, so each must be ternary as predicted
+    source = open_source(src_p, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding,
+                         strict=True)
     try:
         digest = ""
         if hash_source:

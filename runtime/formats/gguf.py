@@ -27,7 +27,13 @@ import torch
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
 from runtime.formats import gguf_codecs as gc
-from runtime.formats.arch import ArchSpec, arch_for_gguf, check_tensor_set, gguf_config_names
+from runtime.formats.arch import (
+    ArchSpec,
+    arch_for_gguf,
+    check_tensor_set,
+    dense_matrices_notice,
+    gguf_config_names,
+)
 from runtime.formats.config_schema import MAX_LAYERS, Fields, check_generation_defaults
 from runtime.formats.dtype_check import check_float_values
 from runtime.formats.file_checks import require_file
@@ -317,12 +323,13 @@ class GGUFSource:
     """A GGUF model as a stream of canonical tensors (what ``convert`` and ``load_model`` use).
 
     ``non_ternary``: what to do with a ternary-class tensor stored in a dense type (F16/F32/BF16/
-    Q8_0/Q4_0, e.g. PrismML's F16 "re-quantization source" GGUF): ``"error"`` recovers exact
-    ternary codes and refuses if a group is not ternary, ``"quantize"`` quantizes it anyway
-    (reporting the error), ``"dense"`` keeps it as a dense tensor.
+    Q8_0/Q4_0, e.g. PrismML's F16 "re-quantization source" GGUF): ``"auto"`` recovers exact ternary
+    codes and keeps a tensor whose values are not ternary dense (listed in ``dense_names``),
+    ``"error"`` refuses such a tensor instead, ``"quantize"`` quantizes it anyway (reporting the
+    error), ``"dense"`` keeps every such tensor dense without trying.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, group_size: int = 128, non_ternary: str = "error",
+    def __init__(self, path: str | os.PathLike[str], *, group_size: int = 128, non_ternary: str = "auto",
                  ternary_encoding: str | None = None) -> None:
         self.path = Path(path)
         self.file = GGUFFile(path)
@@ -387,7 +394,10 @@ class GGUFSource:
         self.source_format = "gguf:" + "+".join(types)
         self.model_name = f.str("general.name", self.path.stem)
         self.group_size = group_size
+        if non_ternary not in ("auto", "error", "quantize", "dense"):
+            raise ValueError(f"non_ternary must be auto, error, quantize or dense, got {non_ternary!r}")
         self.non_ternary = non_ternary
+        self.dense_names: list[str] = []
         self.ternary_encoding = ternary_encoding
         self.max_quant_error = 0.0
 
@@ -414,7 +424,7 @@ class GGUFSource:
 
     def load(self, hf_name: str) -> Tensor:
         """Decode one tensor into its canonical form (ternary-class tensors become TernaryTensor)."""
-        from runtime.formats.hf import ternarize
+        from runtime.formats.hf import NotTernaryError, ternarize
 
         gname = self.names[hf_name]
         t = self.file.decode(gname, ternary_encoding=self.ternary_encoding)
@@ -422,9 +432,14 @@ class GGUFSource:
         if isinstance(t, DenseTensor) and info.gtype in (gc.F16, gc.BF16, gc.F32):
             check_float_values(t.data, gname, self.path.name, info.gtype.name)  # e.g. F16 bytes typed BF16
         if isinstance(t, DenseTensor) and self.arch.is_ternary(hf_name, info.shape) and self.non_ternary != "dense":
-            t, err = ternarize(t.data, hf_name, self.group_size, quantize=self.non_ternary == "quantize",
-                               encoding=self.ternary_encoding or "t2", source=self.path.name)
-            self.max_quant_error = max(self.max_quant_error, err)
+            try:
+                t, err = ternarize(t.data, hf_name, self.group_size, quantize=self.non_ternary == "quantize",
+                                   encoding=self.ternary_encoding or "t2", source=self.path.name)
+                self.max_quant_error = max(self.max_quant_error, err)
+            except NotTernaryError:
+                if self.non_ternary == "error":
+                    raise
+                self.dense_names.append(hf_name)
         elif isinstance(t, TernaryTensor) and not self.arch.is_ternary(hf_name, info.shape):
             t = DenseTensor(t.dequantize(torch.float32))
         if self.arch.tensor_from_gguf is not None:
@@ -453,6 +468,7 @@ def read_gguf(path: str | os.PathLike[str], **kw: Any) -> ModelData:
     """Whole GGUF -> ModelData (decoded tensors are copies; the file is closed afterwards)."""
     with GGUFSource(path, **kw) as src:
         tensors = dict(src.iter_tensors())
+        notice = None if src.non_ternary == "dense" else dense_matrices_notice(src.config, tensors)
         return ModelData(config=src.config, tensors=tensors, tokenizer=src.tokenizer,
                          generation_defaults=src.generation_defaults, provenance=src.provenance(),
-                         name=src.model_name)
+                         name=src.model_name, notices=[notice] if notice else [])

@@ -22,7 +22,13 @@ import numpy as np
 import torch
 
 from runtime.errors import ModelFormatError, UnsupportedModelError
-from runtime.formats.arch import HF_CONFIG_NAMES, ArchSpec, arch_for_hf, check_tensor_set
+from runtime.formats.arch import (
+    HF_CONFIG_NAMES,
+    ArchSpec,
+    arch_for_hf,
+    check_tensor_set,
+    dense_matrices_notice,
+)
 from runtime.formats.config_schema import (
     Fields,
     check_generation_defaults,
@@ -60,6 +66,10 @@ _ST_DTYPES = {
 # ------------------------------------------------------------------------------------------------
 # ternary recovery
 
+class NotTernaryError(ModelFormatError):
+    """A float matrix whose values are not ``t * s`` per group: the loader keeps it dense instead."""
+
+
 def ternarize(w: torch.Tensor, name: str, group_size: int = 128, *, quantize: bool = False, encoding: str = T2,
               source: str = "") -> tuple[TernaryTensor, float]:
     """Exact (t, s) per group of a dense 2-D weight, in row chunks (bounded temporary memory).
@@ -76,7 +86,7 @@ def ternarize(w: torch.Tensor, name: str, group_size: int = 128, *, quantize: bo
         raise ModelFormatError(f"{source}: tensor {name} is not 2-D")
     rows, cols = w.shape
     if cols % group_size:
-        raise ModelFormatError(f"{source}: tensor {name} width {cols} is not a multiple of group size {group_size}")
+        raise NotTernaryError(f"{source}: tensor {name} width {cols} is not a multiple of group size {group_size}")
     groups = cols // group_size
     step = max(1, CHUNK_WEIGHTS // cols)
     ncodes = cols // 4 if encoding == T2 else groups * t3_bytes_per_group(group_size)
@@ -99,7 +109,7 @@ def ternarize(w: torch.Tensor, name: str, group_size: int = 128, *, quantize: bo
             max_err = max(max_err, float((err / safe).max()))
             if not quantize:
                 r, g = (int(v) for v in np.argwhere(bad.any(-1))[0])
-                raise ModelFormatError(
+                raise NotTernaryError(
                     f"{source}: tensor {name} is not ternary: row {r0 + r}, group {g} has values other than "
                     f"{{-s, 0, +s}} (max relative error {max_err:.3g}); use --quantize to quantize it explicitly")
         nzu = nz.view(np.uint8)
@@ -268,11 +278,16 @@ class HFSource:
     """A Hugging Face folder as a stream of canonical tensors (see module docstring)."""
 
     def __init__(self, folder: str | os.PathLike[str], *, group_size: int = 128, quantize: bool = False,
-                 ternary_encoding: str = T2, keep_dense: bool = False) -> None:
+                 ternary_encoding: str = T2, keep_dense: bool = False, strict: bool = False) -> None:
         """``keep_dense`` keeps every float tensor as stored (no ternary recovery): for dense
-        models such as Qwen3-Embedding, which run on plain floating-point matmuls."""
+        models such as Qwen3-Embedding, which run on plain floating-point matmuls. Otherwise a
+        matrix whose values are ternary per group is recovered as ternary, and one whose values
+        are not stays dense (listed in ``dense_names``) unless ``quantize`` (lossy) or ``strict``
+        (refused, naming tensor, row and group: what ``convert`` wants)."""
         self.path = Path(folder)
         self.keep_dense = keep_dense
+        self.strict = strict
+        self.dense_names: list[str] = []
         p = self.path
         if path_kind(p) != "folder":
             raise ModelFormatError(f"{p}: a Hugging Face model is a folder, not a file")
@@ -287,7 +302,7 @@ class HFSource:
         if text_config is not None and "hidden_size" not in cfg:
             cfg = {**text_config, "model_type": text_config.get("model_type", cfg.get("model_type"))}
         self.hf_config = cfg
-        self.arch: ArchSpec = arch_for_hf(Fields(cfg, cfg_src).str("model_type"))
+        self.arch: ArchSpec = arch_for_hf(Fields(cfg, cfg_src).str("model_type"), top.raw("architectures", None))
         self.entries = self._index()
         names = [n for n in self.entries if not n.endswith(IGNORED_SUFFIXES)]
         if cfg.get("tie_word_embeddings") is True and "lm_head.weight" in names:
@@ -394,9 +409,15 @@ class HFSource:
         w = self.raw_tensor(name)
         check_float_values(w, name, self.entries[name].file.name, self.entries[name].dtype)  # F16 bytes typed BF16?
         if self.arch.is_ternary(name, tuple(w.shape)) and not self.keep_dense:
-            t, err = ternarize(w, name, self.group_size, quantize=self.quantize, encoding=self.ternary_encoding,
-                               source=self.path.name)
-            self.max_quant_error = max(self.max_quant_error, err)
+            try:
+                t, err = ternarize(w, name, self.group_size, quantize=self.quantize,
+                                   encoding=self.ternary_encoding, source=self.path.name)
+                self.max_quant_error = max(self.max_quant_error, err)
+            except NotTernaryError:
+                if self.strict:
+                    raise
+                t = DenseTensor(w.to(torch.float32) if w.dtype == torch.float64 else w.clone())
+                self.dense_names.append(name)
         else:
             t = DenseTensor(w.to(torch.float32) if w.dtype == torch.float64 else w.clone())
         if self.arch.tensor_from_hf is not None:
@@ -438,9 +459,10 @@ class HFSource:
 def read_hf_folder(folder: str | os.PathLike[str], **kw: Any) -> ModelData:
     with HFSource(folder, **kw) as src:
         tensors = dict(src.iter_tensors())
+        notice = None if src.keep_dense else dense_matrices_notice(src.config, tensors)
         return ModelData(config=src.config, tensors=tensors, tokenizer=src.tokenizer,
                          generation_defaults=src.generation_defaults, provenance=src.provenance(),
-                         name=src.model_name)
+                         name=src.model_name, notices=[notice] if notice else [])
 
 
 def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[str, torch.Tensor], *,
@@ -449,7 +471,7 @@ def model_data_from_state_dict(config_dict: Mapping[str, Any], state: Mapping[st
                                generation_config: Mapping[str, Any] | None = None, name: str = "",
                                keep_dense: bool = False) -> ModelData:
     """In-memory variant of :func:`read_hf_folder` (for tests and tools that hold a model)."""
-    arch = arch_for_hf(str(config_dict.get("model_type")))
+    arch = arch_for_hf(str(config_dict.get("model_type")), config_dict.get("architectures"))
     if has_bare_base_names(state):
         state = {base_model_name(k): v for k, v in state.items()}
     if arch.hf_name_fn is not None:

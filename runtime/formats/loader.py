@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runtime.errors import CancelledError, ModelFormatError
+from runtime.formats.arch import dense_matrices_notice
 from runtime.formats.file_checks import optional_file, path_kind
 from runtime.formats.model_data import ModelData, Provenance, Tensor, TokenizerData
 from runtime.formats.sniff import TERNARY_MAGIC, describe_file
@@ -59,9 +60,12 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def open_source(path: str | os.PathLike[str], *, group_size: int = 128, quantize: bool = False,
-                ternary_encoding: str | None = None, verify: bool = False, keep_dense: bool = False) -> ModelSource:
-    """Open any supported model for streaming. ``quantize`` allows non-ternary weights (lossy);
-    ``keep_dense`` keeps weights stored as floats dense instead (dense models: embeddings)."""
+                ternary_encoding: str | None = None, verify: bool = False, keep_dense: bool = False,
+                strict: bool = False) -> ModelSource:
+    """Open any supported model for streaming. A float matrix whose values are ternary is recovered
+    as ternary; one whose values are not stays dense, unless ``quantize`` (lossy) or ``strict``
+    (refused: what ``convert`` wants). ``keep_dense`` keeps every float weight dense without trying
+    (dense models: embeddings)."""
     fmt = detect_format(path)
     if fmt == "ternary":
         from runtime.formats.ternary_file import TernaryFile
@@ -70,25 +74,28 @@ def open_source(path: str | os.PathLike[str], *, group_size: int = 128, quantize
     if fmt == "gguf":
         from runtime.formats.gguf import GGUFSource
 
-        non_ternary = "dense" if keep_dense else "quantize" if quantize else "error"
+        non_ternary = "dense" if keep_dense else "quantize" if quantize else "error" if strict else "auto"
         return GGUFSource(path, group_size=group_size, non_ternary=non_ternary, ternary_encoding=ternary_encoding)
     from runtime.formats.hf import HFSource
 
     return HFSource(path, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding or "t2",
-                    keep_dense=keep_dense)
+                    keep_dense=keep_dense, strict=strict)
 
 
 def load_model(path: str | os.PathLike[str], *, verify: bool = False, quantize: bool = False,
                group_size: int = 128, ternary_encoding: str | None = None, keep_dense: bool = False) -> ModelData:
-    """Load a whole model. ``.ternary`` tensors are zero-copy views of a memory map."""
+    """Load a whole model. ``.ternary`` tensors are zero-copy views of a memory map.
+
+    Matrices held dense (not ternary in the file) are named, with their cost, in ``notices``."""
     src = open_source(path, group_size=group_size, quantize=quantize, ternary_encoding=ternary_encoding,
                       verify=verify, keep_dense=keep_dense)
     try:
         tensors = {n: src.load(n) for n in src.tensor_names()}
         prov = src.provenance() if hasattr(src, "provenance") else Provenance()
+        notice = None if keep_dense else dense_matrices_notice(src.config, tensors)
         return ModelData(config=src.config, tensors=tensors, tokenizer=src.tokenizer,
                          generation_defaults=dict(src.generation_defaults), provenance=prov,
-                         name=src.model_name)
+                         name=src.model_name, notices=[notice] if notice else [])
     finally:
         src.close()
 

@@ -26,51 +26,13 @@ from typing import Any
 
 import torch
 
+# TernaryTensor is defined beside the code that packs it (codecs imports nothing from here);
+# it and the encoding names are re-exported, as readers import them from this module.
+from runtime.formats.codecs import T2 as T2
+from runtime.formats.codecs import T3 as T3
+from runtime.formats.codecs import TernaryTensor
+from runtime.formats.codecs import t3_bytes_per_group as t3_bytes_per_group
 from runtime.model.config import ModelConfig
-
-T2 = "t2"
-T3 = "t3"
-
-
-def t3_bytes_per_group(group_size: int) -> int:
-    return (group_size + 4) // 5
-
-
-@dataclass
-class TernaryTensor:
-    """A ternary weight matrix in the canonical packed layout (see module docstring)."""
-
-    shape: tuple[int, int]
-    group_size: int
-    codes: torch.Tensor  # uint8
-    scales: torch.Tensor  # float16 [rows, cols // group_size]
-    encoding: str = T2
-
-    def __post_init__(self) -> None:
-        rows, cols = self.shape
-        if cols % self.group_size:
-            raise ValueError(f"cols {cols} is not a multiple of group size {self.group_size}")
-        groups = cols // self.group_size
-        if self.encoding == T2:
-            expect = (rows, cols // 4)
-        elif self.encoding == T3:
-            expect = (rows, groups * t3_bytes_per_group(self.group_size))
-        else:
-            raise ValueError(f"unknown ternary encoding {self.encoding!r}")
-        if tuple(self.codes.shape) != expect or self.codes.dtype != torch.uint8:
-            raise ValueError(f"codes must be uint8{list(expect)}, got {self.codes.dtype}{list(self.codes.shape)}")
-        if tuple(self.scales.shape) != (rows, groups) or self.scales.dtype != torch.float16:
-            raise ValueError(f"scales must be float16[{rows}, {groups}], got {self.scales.dtype}{list(self.scales.shape)}")
-
-    @property
-    def nbytes(self) -> int:
-        return self.codes.numel() + self.scales.numel() * 2
-
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """Full-precision copy. For tests and small models only, never on the hot path."""
-        from runtime.formats import codecs
-
-        return codecs.dequantize_ternary(self, dtype)
 
 
 @dataclass
@@ -125,6 +87,7 @@ class ModelData:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     provenance: Provenance = field(default_factory=Provenance)
     name: str = ""
+    notices: list[str] = field(default_factory=list)  # what loading decided that a user should know
 
     @property
     def nbytes(self) -> int:

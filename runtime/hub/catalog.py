@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runtime import flags
 from runtime.atomic import read_json, write_json_atomic
 from runtime.hub.paths import HubPaths
 
@@ -50,8 +51,8 @@ def resources_dir() -> Path:
     ``<sys.prefix>/share/ternary-chat/resources``; an editable install keeps using the checkout.
     """
     candidates = []
-    if os.environ.get(RESOURCES_ENV):
-        candidates.append(Path(os.environ[RESOURCES_ENV]))
+    if flags.value(RESOURCES_ENV):
+        candidates.append(Path(flags.value(RESOURCES_ENV)))
     candidates.append(Path(__file__).resolve().parents[2] / "resources")
     for prefix in (sys.prefix, sys.base_prefix):
         candidates.append(Path(prefix) / "share" / "ternary-chat" / "resources")

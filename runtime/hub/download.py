@@ -46,6 +46,7 @@ import requests
 import urllib3
 
 from runtime.atomic import read_json, write_json_atomic
+from runtime.devices import format_bytes
 from runtime.errors import TernaryError
 from runtime.hub.errors import (
     DROPPED,
@@ -156,16 +157,6 @@ def parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def format_bytes(n: float | None) -> str:
-    if n is None:
-        return "?"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -18,12 +18,12 @@ import http
 import socket
 from dataclasses import dataclass, field, replace
 
+from runtime.devices import format_bytes
 from runtime.errors import CancelledError, TernaryError
+from runtime.hub.tokens import redact
 
 
 def _clean(message: str) -> str:
-    from runtime.hub.tokens import redact
-
     return redact(message)
 
 
@@ -106,10 +106,6 @@ class DownloadCancelledError(CancelledError, HubError):
     """The user cancelled; the partial file is kept so the next attempt resumes."""
 
 
-class TokenStorageError(HubError):
-    """The OS keyring refused to store/read/delete a token (locked, no backend)."""
-
-
 # ------------------------------------------------------------------------------------------------
 # What went wrong, in the user's words
 # ------------------------------------------------------------------------------------------------
@@ -171,20 +167,14 @@ class DownloadFailure:
         return " ".join([own] + [f.text() for f in self.also])
 
 
-def _kept(n: int) -> str:
-    from runtime.hub.download import format_bytes
-
-    return format_bytes(n)
-
-
 def _sentence(f: DownloadFailure) -> str:
     host = f.host or "the download server"
-    resume = f"; {_kept(f.kept_bytes)} kept, Retry resumes" if f.resumable else ""
+    resume = f"; {format_bytes(f.kept_bytes)} kept, Retry resumes" if f.resumable else ""
     if f.kind == UNREACHABLE:
         return f"could not reach {host} (no network or blocked){resume}."
     if f.kind == DROPPED:
         if f.resumable:
-            return f"the connection to {host} dropped after {_kept(f.kept_bytes)}; Retry resumes."
+            return f"the connection to {host} dropped after {format_bytes(f.kept_bytes)}; Retry resumes."
         return f"the connection to {host} dropped before any data arrived; Retry starts again."
     if f.kind == STALLED:
         return f"the download from {host} stopped sending data{resume}."

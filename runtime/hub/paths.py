@@ -23,6 +23,8 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from runtime import flags
+
 APP_NAME = "ternary-chat"
 HOME_ENV = "TERNARY_CHAT_HOME"
 
@@ -37,7 +39,7 @@ class HubPaths:
     @classmethod
     def resolve(cls, home: str | os.PathLike[str] | None = None) -> HubPaths:
         """``home`` argument > ``$TERNARY_CHAT_HOME`` > platformdirs defaults."""
-        root = home if home is not None else os.environ.get(HOME_ENV) or None
+        root = home if home is not None else flags.value(HOME_ENV) or None
         if root is not None:
             base = Path(root).expanduser().resolve()
             paths = cls(data_dir=base / "data", config_dir=base / "config", log_dir=base / "logs")

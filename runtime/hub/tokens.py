@@ -19,6 +19,8 @@ import os
 import re
 import threading
 
+from runtime.errors import TernaryError
+
 SERVICE = "ternary-chat"
 PROVIDERS = ("huggingface", "modelscope")
 PROVIDER_ALIASES = {"hf": "huggingface", "huggingface": "huggingface", "ms": "modelscope", "modelscope": "modelscope"}
@@ -36,6 +38,10 @@ _HEADER_PATTERNS = [
     re.compile(r"(?i)([?&](?:token|access_token)=)[^&\s]+"),
 ]
 MASK = "***"
+
+
+class TokenStorageError(TernaryError):
+    """The OS keyring refused to store/read/delete a token (locked, no backend)."""
 
 
 class Secret:
@@ -203,8 +209,6 @@ class TokenStore:
             except PasswordDeleteError:
                 pass
             except KeyringError as exc:
-                from runtime.hub.errors import TokenStorageError
-
                 raise TokenStorageError(f"could not delete the {provider} token from the keyring: {type(exc).__name__}") from None
         where = "removed from the system keyring" if removed else "not stored in the keyring"
         note = f" ({ENV_VARS[provider]} is set in the environment and is still used)" if os.environ.get(ENV_VARS[provider]) else ""

@@ -1,2 +1,3 @@
-"""Compute kernels. ``linear.py`` dispatches a ternary matmul to the best backend for the device:
-torch reference (any device), CPU fast path, Triton (CUDA). Kernels never know file formats."""
+"""Compute kernels. ``linear.py`` dispatches a ternary matmul to the best backend for the device: torch
+reference (any device), the C CPU kernel, Triton (CUDA, the ``triton`` package). Kernels never know file
+formats; docs/kernels.md describes each module."""

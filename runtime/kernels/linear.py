@@ -63,8 +63,8 @@ BACKENDS: dict[str, Callable[[TernaryTensor, torch.device], LinearWeight]] = {
 
 # Backends living in their own modules, imported on first use so importing this module stays cheap.
 _BACKEND_MODULES: dict[str, str] = {
-    "cpu_ternary": "runtime.kernels.cpu_ternary",
-    "cpu_int4": "runtime.kernels.cpu_int4",
+    "cpu_ternary": "runtime.kernels.cpu.ternary",
+    "cpu_int4": "runtime.kernels.cpu.int4",
 }
 
 

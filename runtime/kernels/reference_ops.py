@@ -176,7 +176,7 @@ def ref_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.
 
 
 # ---- sampling -------------------------------------------------------------------------------
-# params layout shared with triton_sampling (fp32 device tensor):
+# params layout shared with runtime.kernels.triton.sampling (fp32 device tensor):
 # [temperature, top_k, top_p, min_p, repetition_penalty, presence_penalty, frequency_penalty]
 P_TEMPERATURE, P_TOP_K, P_TOP_P, P_MIN_P, P_REP, P_PRESENCE, P_FREQUENCY = range(7)
 N_PARAMS = 7

@@ -1,6 +1,6 @@
 """Architecture configuration, built from a model file's metadata (never from hard-coded shapes).
 
-One dataclass covers the Qwen3 dense models and the Qwen3.5-family hybrid; fields that only the
+One dataclass covers the dense models (Qwen3, Llama) and the Qwen3.5-family hybrid; fields that only the
 hybrid uses default to "absent". Shapes always come from the file; :data:`SYNTHETIC_CONFIGS`
 holds the exact Ternary-Bonsai shapes for synthetic benchmark models only.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 @dataclass
 class RopeScaling:
-    """RoPE scaling as in HF ``rope_scaling`` (only YaRN and linear are used by Bonsai models)."""
+    """RoPE scaling as in HF ``rope_scaling``: YaRN and linear (Bonsai), llama3 (Llama 3.1+)."""
 
     type: str = "yarn"
     factor: float = 1.0
@@ -25,6 +25,8 @@ class RopeScaling:
     truncate: bool = True  # HF yarn: floor/ceil the correction range
     mscale: float | None = None  # HF yarn (DeepSeek style): used with mscale_all_dim
     mscale_all_dim: float | None = None
+    low_freq_factor: float = 1.0  # llama3: wavelengths above original / low_freq_factor are divided by factor
+    high_freq_factor: float = 4.0  # llama3: wavelengths below original / high_freq_factor are kept
 
 
 @dataclass
@@ -47,7 +49,7 @@ class HadamardConfig:
 class ModelConfig:
     """Everything the forward pass needs to know about the architecture."""
 
-    arch: str  # "qwen3" (dense) or "qwen35" (hybrid Gated DeltaNet + gated attention)
+    arch: str  # a registered architecture (runtime.formats.arch.ARCH_MODULES): qwen3, llama, qwen35
     vocab_size: int  # rows of the embedding table as stored in the file
     hidden_size: int
     intermediate_size: int
@@ -73,7 +75,10 @@ class ModelConfig:
     hadamard: HadamardConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["rope_scaling"] and d["rope_scaling"]["type"] != "llama3":  # llama3-only fields: left at defaults
+            del d["rope_scaling"]["low_freq_factor"], d["rope_scaling"]["high_freq_factor"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:

@@ -1,4 +1,4 @@
-"""Qwen3 dense transformer (Ternary Bonsai 1.7B / 4B / 8B) over ternary weights.
+"""Qwen3 dense transformer (Ternary Bonsai 1.7B / 4B / 8B) over ternary weights: its ArchSpec and model.
 
 Reads like gpt-fast's ``model.py``: embedding -> N x (RMSNorm, GQA attention with per-head q/k
 RMSNorm and RoPE, RMSNorm, SwiGLU MLP) -> RMSNorm -> LM head. Every matmul goes through
@@ -21,15 +21,17 @@ import torch
 import torch.nn.functional as F
 
 from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelError
-from runtime.formats.model_data import T2, DenseTensor, ModelData, TernaryTensor, t3_bytes_per_group
+from runtime.formats.arch import dense_spec, get_arch, register_arch
+from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
 from runtime.generation import CancelToken
 from runtime.kernels.linear import prepare_linear
+from runtime.kernels.ternary_embedding import DenseEmbedding, TernaryEmbedding
 from runtime.kv_cache import KVCache
 from runtime.model.base import PreparedModel
 from runtime.model.config import ModelConfig
 from runtime.model.rope import RotaryTables, apply_rope
 
-_OPTIONAL_BACKEND_MODULES = ("runtime.kernels.cpu_int4", "runtime.kernels.triton_linear")
+_OPTIONAL_BACKEND_MODULES = ("runtime.kernels.cpu.int4", "runtime.kernels.triton.backend")
 
 
 def register_optional_backends(device: torch.device | None = None) -> None:
@@ -85,54 +87,6 @@ def linear_factory(dev: torch.device, backend: str, dtype: torch.dtype
     return make
 
 
-class TernaryEmbedding(torch.nn.Module):
-    """Embedding lookup on a packed ternary table: gather the requested rows, dequantize only them."""
-
-    def __init__(self, t: TernaryTensor, device: torch.device) -> None:
-        super().__init__()
-        self.rows, self.cols = t.shape
-        self.group_size = t.group_size
-        self.encoding = t.encoding
-        self.register_buffer("codes", t.codes.to(device), persistent=False)
-        self.register_buffer("scales", t.scales.to(device), persistent=False)
-        # bit shifts as a device buffer: no host->device copy per call (CUDA-graph capturable)
-        self.register_buffer("shifts", torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=device),
-                             persistent=False)
-        self.register_buffer("pow3", torch.tensor([1, 3, 9, 27, 81], dtype=torch.int32, device=device),
-                             persistent=False)
-
-    @property
-    def nbytes(self) -> int:
-        return self.codes.numel() + self.scales.numel() * 2
-
-    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        codes = self.codes.index_select(0, ids)
-        scales = self.scales.index_select(0, ids)
-        if self.encoding == T2:
-            trits = ((codes.unsqueeze(-1) >> self.shifts) & 3).reshape(len(ids), self.cols)
-        else:
-            groups, nbg = self.cols // self.group_size, t3_bytes_per_group(self.group_size)
-            p = codes.to(torch.int32).reshape(len(ids), groups, nbg, 1)
-            trits = ((p // self.pow3) % 3).reshape(len(ids), groups, nbg * 5)[..., : self.group_size]
-            trits = trits.reshape(len(ids), self.cols)
-        w = (trits.to(torch.float32) - 1.0).view(len(ids), -1, self.group_size)
-        w = w * scales.to(torch.float32).unsqueeze(-1)
-        return w.reshape(len(ids), self.cols).to(dtype)
-
-
-class DenseEmbedding(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("weight", weight, persistent=False)
-
-    @property
-    def nbytes(self) -> int:
-        return self.weight.numel() * self.weight.element_size()
-
-    def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        return F.embedding(ids, self.weight).to(dtype)
-
-
 def _fuse_rows(parts: list[TernaryTensor | DenseTensor]) -> TernaryTensor | DenseTensor | None:
     """Stack matrices that share their input (q/k/v, gate/up) into one; None if layouts differ."""
     first = parts[0]
@@ -183,8 +137,11 @@ class Qwen3Block(torch.nn.Module):
         self.down_proj = make(tensors[p + "mlp.down_proj.weight"])
         self.register_buffer("input_norm", norm(p + "input_layernorm.weight"), persistent=False)
         self.register_buffer("post_norm", norm(p + "post_attention_layernorm.weight"), persistent=False)
-        self.register_buffer("q_norm", norm(p + "self_attn.q_norm.weight"), persistent=False)
-        self.register_buffer("k_norm", norm(p + "self_attn.k_norm.weight"), persistent=False)
+        # per-head q/k RMSNorm (Qwen3); architectures without it (Llama) declare no such tensors
+        self.qk_norm = p + "self_attn.q_norm.weight" in tensors
+        if self.qk_norm:
+            self.register_buffer("q_norm", norm(p + "self_attn.q_norm.weight"), persistent=False)
+            self.register_buffer("k_norm", norm(p + "self_attn.k_norm.weight"), persistent=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
                 cache: KVCache | None, kv_len: int | None, mask: torch.Tensor | None) -> torch.Tensor:
@@ -193,8 +150,10 @@ class Qwen3Block(torch.nn.Module):
         t = x.shape[0]
         h = rms_norm(x, self.input_norm, self.eps)
         q, k, v = self.qkv(h)
-        q = rms_norm(q.view(t, self.num_heads, self.head_dim), self.q_norm, self.eps)
-        k = rms_norm(k.view(t, self.num_kv_heads, self.head_dim), self.k_norm, self.eps)
+        q = q.view(t, self.num_heads, self.head_dim)
+        k = k.view(t, self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = rms_norm(q, self.q_norm, self.eps), rms_norm(k, self.k_norm, self.eps)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is None:
@@ -212,7 +171,11 @@ class Qwen3Block(torch.nn.Module):
 
 
 class Qwen3Model(PreparedModel):
-    """The whole model plus its KV cache. Build with :meth:`from_model_data`."""
+    """The whole model plus its KV cache. Build with :meth:`from_model_data`.
+
+    Runs every dense architecture whose spec names this class or a subclass (``ARCHES``)."""
+
+    ARCHES: tuple[str, ...] = ("qwen3",)
 
     def __init__(self, config: ModelConfig, data: ModelData, device: torch.device, dtype: torch.dtype,
                  max_positions: int, backend: str = "auto", kv_dtype: torch.dtype | None = None,
@@ -223,14 +186,14 @@ class Qwen3Model(PreparedModel):
         no LM head and no KV cache: the model then serves only :meth:`hidden_states` (embedding
         models such as Qwen3-Embedding, whose tied head would be a second copy of the table)."""
         super().__init__()
-        if config.arch != "qwen3":
-            raise UnsupportedModelError(f"architecture {config.arch!r} is not a Qwen3 dense model")
+        if config.arch not in self.ARCHES:
+            raise UnsupportedModelError(f"architecture {config.arch!r} is not run by {type(self).__name__}")
         if config.hadamard is not None:
             raise UnsupportedModelError(
                 "this file needs the Bonsai 2 Hadamard rotation, which is only implemented for qwen35")
         self.config, self.device, self.dtype = config, device, dtype
         tensors = data.tensors
-        missing = [n for n in _required_names(config) if n not in tensors]
+        missing = [n for n in get_arch(config.arch).expected_shapes(config) if n not in tensors]
         if missing:
             raise ModelFormatError(f"model is missing tensor {missing[0]!r} ({len(missing)} missing in total)")
         register_optional_backends(device)
@@ -277,7 +240,10 @@ class Qwen3Model(PreparedModel):
             self.lm_head = make_for(head_dev)(embed if self.tied else tensors["lm_head.weight"])
             if placement is not None:
                 self.lm_head = placement.wrap_lm_head(self.lm_head)
-        self.rope = RotaryTables(config, max_positions, device)
+        # llama.cpp stores some RoPE scalings (llama3) as per-frequency divisors, not metadata
+        freqs = tensors.get("rope_freqs.weight")
+        self.rope_freqs = freqs.data if isinstance(freqs, DenseTensor) else None
+        self.rope = RotaryTables(config, max_positions, device, self.rope_freqs)
         cache_positions = 0 if embedding_only else max_positions
         self.cache = KVCache(config.num_layers, config.num_kv_heads, cache_positions, config.head_dim,
                              kv_dtype or dtype, device)
@@ -292,7 +258,7 @@ class Qwen3Model(PreparedModel):
         self.cache = KVCache(0, 0, 0, 0, dtype, self.device)  # free the old buffers first
         self.cache = KVCache(self.config.num_layers, self.config.num_kv_heads, max_positions,
                              self.config.head_dim, dtype, self.device)
-        self.rope = RotaryTables(self.config, max_positions, self.device)
+        self.rope = RotaryTables(self.config, max_positions, self.device, self.rope_freqs)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
                 last_only: bool = False, logits_index: torch.Tensor | None = None) -> torch.Tensor:
@@ -339,14 +305,5 @@ class Qwen3Model(PreparedModel):
         return rms_norm(x, self.final_norm, self.config.rms_norm_eps)
 
 
-def _required_names(config: ModelConfig) -> list[str]:
-    names = ["model.embed_tokens.weight", "model.norm.weight"]
-    for i in range(config.num_layers):
-        p = f"model.layers.{i}."
-        names += [p + f"self_attn.{n}_proj.weight" for n in "qkvo"]
-        names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
-        names += [p + f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")]
-        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
-    if not config.tie_word_embeddings:
-        names.append("lm_head.weight")
-    return names
+SPEC = register_arch(dense_spec("qwen3", model_class="runtime.model.qwen3:Qwen3Model", qk_norm=True,
+                                hf_model_types=["qwen3"], hf_architectures=["Qwen3ForCausalLM"]))

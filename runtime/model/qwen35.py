@@ -14,7 +14,7 @@ Numerics follow HF ``Qwen3_5ForCausalLM``:
   sections collapse to plain RoPE for text: all three position streams are equal), GQA softmax
   attention, output times ``sigmoid(gate)``, ``o_proj``. Only these layers have a KV cache.
 * Gated DeltaNet layers: see :mod:`runtime.model.deltanet`; their conv + recurrent state is a
-  fixed-size static buffer (:class:`HybridState`), independent of context length.
+  fixed-size static buffer (:class:`Qwen35State`), independent of context length.
 
 State rule: the recurrent state cannot be rewound. A forward at ``input_pos[0] == 0`` starts a new
 sequence (the state is zeroed automatically in eager mode; a CUDA-graph caller calls
@@ -35,17 +35,17 @@ import torch
 import torch.nn.functional as F
 
 from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelError
+from runtime.formats.arch import get_arch
 from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
 from runtime.formats.qwen35_names import v_head_permutation
 from runtime.generation import CancelToken
+from runtime.kernels.ternary_embedding import DenseEmbedding, TernaryEmbedding
 from runtime.kv_cache import KVCache
 from runtime.model import deltanet
 from runtime.model.base import PreparedModel
 from runtime.model.config import ModelConfig
 from runtime.model.hadamard import HadamardRotation, refuse_if_rotated_without_metadata, validate_rotation
 from runtime.model.qwen3 import (
-    DenseEmbedding,
-    TernaryEmbedding,
     _FusedOrSplit,
     linear_factory,
     register_optional_backends,
@@ -80,7 +80,7 @@ class _Norm(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused:
-            from runtime.kernels.triton_norm import rmsnorm
+            from runtime.kernels.triton.norm import rmsnorm
             return rmsnorm(x, self.weight_m1, self.eps, weight_offset=1.0)
         return rms_norm(x, self.weight, self.eps)
 
@@ -134,7 +134,7 @@ class _Projections(torch.nn.Module):
         return [outs[gi][j] for gi, j in self.order]
 
 
-class HybridState(torch.nn.Module):
+class Qwen35State(torch.nn.Module):
     """Static per-sequence state: DeltaNet conv windows and recurrent matrices (fp32)."""
 
     def __init__(self, layers: int, conv_dim: int, kernel: int, v_heads: int, k_dim: int, v_dim: int,
@@ -155,7 +155,7 @@ class HybridState(torch.nn.Module):
 
 
 def state_bytes(config: ModelConfig, conv_dtype_bytes: int = 2) -> int:
-    """Bytes of :class:`HybridState` for one sequence (independent of context length)."""
+    """Bytes of :class:`Qwen35State` for one sequence (independent of context length)."""
     n = sum(1 for t in (config.layer_types or []) if t == "linear_attention")
     conv_dim = 2 * config.linear_num_key_heads * config.linear_key_head_dim + \
         config.linear_num_value_heads * config.linear_value_head_dim
@@ -177,7 +177,7 @@ class GatedDeltaNetBlock(torch.nn.Module):
         self.key_dim, self.value_dim = self.nk * self.dk, self.nv * self.dv
         self.eps = config.rms_norm_eps
         self.use_fla = use_fla
-        self.fused = fused  # Triton conv step / gates / gated norm (runtime.model.deltanet_triton)
+        self.fused = fused  # Triton conv step / gates / gated norm (runtime.kernels.triton.deltanet)
         names = [p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"]
         self.in_proj = _Projections([tensors[n] for n in names], [n in folded for n in names], make)
         self.out_name = p + "out_proj.weight"
@@ -202,13 +202,13 @@ class GatedDeltaNetBlock(torch.nn.Module):
             perm = v_head_permutation(self.nk, self.nv, self.dv, to_grouped=False).to(conv.device)
         self.register_buffer("out_perm", perm, persistent=False)
 
-    def forward(self, h: torch.Tensor, state: HybridState, rotation: HadamardRotation | None,
+    def forward(self, h: torch.Tensor, state: Qwen35State, rotation: HadamardRotation | None,
                 residual: torch.Tensor) -> torch.Tensor:
         """``residual + out_proj(mixer(h))``."""
         t = h.shape[0]
         qkv, z, b, a = self.in_proj(_Act(h, rotation))
         if self.fused:
-            from runtime.model import deltanet_triton as dtk
+            from runtime.kernels.triton import deltanet as dtk
         if self.fused and t == 1:
             mixed = dtk.conv_step(qkv, state.conv[self.slot], self.conv_weight)
         else:
@@ -306,7 +306,7 @@ class Qwen35Layer(torch.nn.Module):
         self.gate_up_folded = self.gate_up.group_folded[0]
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor,
-                cache: KVCache, state: HybridState, kv_len: int | None, mask: torch.Tensor | None,
+                cache: KVCache, state: Qwen35State, kv_len: int | None, mask: torch.Tensor | None,
                 rotation: HadamardRotation | None) -> torch.Tensor:
         h = self.input_norm(x)
         if self.linear:
@@ -315,7 +315,7 @@ class Qwen35Layer(torch.nn.Module):
             x = self.mixer(h, cos, sin, input_pos, cache, kv_len, mask, rotation, x)
         act = _Act(self.post_norm(x), rotation)
         if self.swiglu is not None and x.shape[0] <= 8:
-            from runtime.kernels.triton_linear import swiglu_matvec
+            from runtime.kernels.triton.matvec import swiglu_matvec
             sw = self.swiglu
             m = swiglu_matvec(act.get(self.gate_up_folded), sw.codes, sw.scales, sw.group_size, sw.encoding)
         else:
@@ -351,7 +351,9 @@ class Qwen35Model(PreparedModel):
         self.config, self.device, self.dtype = config, device, dtype
         tensors = data.tensors
         refuse_if_rotated_without_metadata(config.hadamard, data.name, data.provenance.source_name)
-        missing = [n for n in required_names(config) if n not in tensors]
+        # the ArchSpec's list; a GGUF-convention A may stand in for an HF-convention A_log and back
+        missing = [n for n in get_arch(ARCH).expected_shapes(config) if n not in tensors
+                   and not n.endswith(("linear_attn.A", "linear_attn.A_log"))]
         if missing:
             raise ModelFormatError(f"model is missing tensor {missing[0]!r} ({len(missing)} missing in total)")
         register_optional_backends(device)
@@ -405,8 +407,8 @@ class Qwen35Model(PreparedModel):
         fused = device.type == "cuda" if fused_kernels is None else fused_kernels
         if fused:
             try:
-                import runtime.kernels.triton_norm  # noqa: F401
-                import runtime.model.deltanet_triton  # noqa: F401
+                import runtime.kernels.triton.deltanet  # noqa: F401
+                import runtime.kernels.triton.norm  # noqa: F401
             except ImportError:
                 fused = False
         self.fused_kernels = fused
@@ -451,10 +453,10 @@ class Qwen35Model(PreparedModel):
         if progress is not None:
             progress("preparing weights", 1.0)
 
-    def _new_state(self) -> HybridState:
+    def _new_state(self) -> Qwen35State:
         c = self.config
         conv_dim = 2 * c.linear_num_key_heads * c.linear_key_head_dim + c.linear_num_value_heads * c.linear_value_head_dim
-        return HybridState(self.n_linear, conv_dim, c.linear_conv_kernel_dim, c.linear_num_value_heads,
+        return Qwen35State(self.n_linear, conv_dim, c.linear_conv_kernel_dim, c.linear_num_value_heads,
                            c.linear_key_head_dim, c.linear_value_head_dim, self.dtype, self.device)
 
     def setup_cache(self, max_positions: int, dtype: torch.dtype | None = None) -> None:
@@ -507,22 +509,3 @@ def _capturing_or_compiling(t: torch.Tensor) -> bool:
     if torch.compiler.is_compiling():
         return True
     return t.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def required_names(config: ModelConfig) -> list[str]:
-    """Canonical tensors a qwen35 model must have (``linear_attn.A`` may replace ``A_log``)."""
-    names = ["model.embed_tokens.weight", "model.norm.weight"]
-    for i, kind in enumerate(config.layer_types or []):
-        p = f"model.layers.{i}."
-        if kind == "linear_attention":
-            names += [p + f"linear_attn.{n}" for n in (
-                "in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight", "in_proj_a.weight",
-                "conv1d.weight", "dt_bias", "norm.weight", "out_proj.weight")]
-        else:
-            names += [p + f"self_attn.{n}_proj.weight" for n in "qkvo"]
-            names += [p + "self_attn.q_norm.weight", p + "self_attn.k_norm.weight"]
-        names += [p + f"mlp.{n}_proj.weight" for n in ("gate", "up", "down")]
-        names += [p + "input_layernorm.weight", p + "post_attention_layernorm.weight"]
-    if not config.tie_word_embeddings:
-        names.append("lm_head.weight")
-    return names

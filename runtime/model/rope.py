@@ -1,4 +1,4 @@
-"""Rotary position embeddings: inverse frequencies (plain, linear, YaRN) and cos/sin tables.
+"""Rotary position embeddings: inverse frequencies (plain, linear, YaRN, llama3) and cos/sin tables.
 
 The YaRN maths mirrors Hugging Face's ``_compute_yarn_parameters`` line by line (correction range
 with optional truncation, linear ramp, attention factor from ``factor``/``mscale``/
@@ -56,6 +56,20 @@ def _yarn_inv_freq(rs: RopeScaling, base: float, dim: int, max_position_embeddin
     return inv_freq, float(attention_factor)
 
 
+def _llama3_inv_freq(rs: RopeScaling, plain: torch.Tensor, max_position_embeddings: int) -> torch.Tensor:
+    """HF ``_compute_llama3_parameters``: long wavelengths divided by ``factor``, short ones kept,
+    a smooth blend between ``original / low_freq_factor`` and ``original / high_freq_factor``."""
+    original = rs.original_max_position_embeddings or max_position_embeddings
+    low_wavelen = original / rs.low_freq_factor
+    high_wavelen = original / rs.high_freq_factor
+    wavelen = 2 * math.pi / plain
+    inv_freq = torch.where(wavelen > low_wavelen, plain / rs.factor, plain)
+    smooth = (original / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor)
+    smoothed = (1 - smooth) * inv_freq / rs.factor + smooth * inv_freq
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, inv_freq)
+
+
 def rope_inv_freq(config: ModelConfig) -> tuple[torch.Tensor, float]:
     """``(inv_freq [rotary_dim // 2] fp32, attention_scaling)`` for the config's RoPE variant."""
     dim = int(config.head_dim * config.partial_rotary_factor)
@@ -69,7 +83,10 @@ def rope_inv_freq(config: ModelConfig) -> tuple[torch.Tensor, float]:
         return plain / rs.factor, 1.0
     if kind == "yarn":
         return _yarn_inv_freq(rs, base, dim, config.max_position_embeddings)
-    raise UnsupportedModelError(f"RoPE scaling type {kind!r} is not supported (supported: default, linear, yarn)")
+    if kind == "llama3":
+        return _llama3_inv_freq(rs, plain, config.max_position_embeddings), 1.0
+    raise UnsupportedModelError(f"RoPE scaling type {kind!r} is not supported (supported: default, linear, yarn, "
+                                "llama3)")
 
 
 class RotaryTables(torch.nn.Module):
@@ -80,9 +97,22 @@ class RotaryTables(torch.nn.Module):
     Python-side position arithmetic and can be captured in a CUDA graph.
     """
 
-    def __init__(self, config: ModelConfig, max_positions: int, device: torch.device | str = "cpu") -> None:
+    def __init__(self, config: ModelConfig, max_positions: int, device: torch.device | str = "cpu",
+                 freq_factors: torch.Tensor | None = None) -> None:
+        """``freq_factors`` (llama.cpp's ``rope_freqs.weight``, one per frequency) divides the
+        frequencies: how llama.cpp files carry llama3 scaling instead of metadata."""
         super().__init__()
         inv_freq, scaling = rope_inv_freq(config)
+        if freq_factors is not None:
+            if config.rope_scaling is not None:
+                raise UnsupportedModelError("the model has both RoPE scaling metadata and rope_freqs factors")
+            if tuple(freq_factors.shape) != tuple(inv_freq.shape):
+                raise UnsupportedModelError(f"rope_freqs has shape {list(freq_factors.shape)}, expected "
+                                            f"{list(inv_freq.shape)} (one factor per rotary frequency)")
+            factors = freq_factors.to(torch.float32).cpu()
+            if not bool(torch.isfinite(factors).all()) or bool((factors <= 0).any()):
+                raise UnsupportedModelError("rope_freqs factors must be finite and positive")
+            inv_freq = inv_freq / factors
         self.attention_scaling = scaling
         pos = torch.arange(max_positions, dtype=torch.float32)
         freqs = pos[:, None] * inv_freq[None, :]

@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 
 def main() -> int:
-    from runtime.kernels import triton_attention as ta
+    from runtime.kernels.triton import attention as ta
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="/tmp/attn")

@@ -29,10 +29,10 @@ os.environ.setdefault("TERNARY_KERNELS_RETUNE", "1")  # don't trust shipped conf
 os.environ.setdefault("TERNARY_KERNELS_TUNE", "full")  # ... over every candidate, not the quick set
 
 from runtime.kernels import reference_ops as ref  # noqa: E402
-from runtime.kernels import triton_linear as tlin  # noqa: E402
-from runtime.kernels.triton_attention import decode_attention  # noqa: E402
-from runtime.kernels.triton_norm import rmsnorm  # noqa: E402
-from runtime.kernels.triton_sampling import make_sampling_params, sample  # noqa: E402
+from runtime.kernels.triton import gemm, matvec, tuning  # noqa: E402
+from runtime.kernels.triton.attention import decode_attention  # noqa: E402
+from runtime.kernels.triton.norm import rmsnorm  # noqa: E402
+from runtime.kernels.triton.sampling import make_sampling_params, sample  # noqa: E402
 from runtime.model.config import SYNTHETIC_CONFIGS  # noqa: E402
 
 DEV = "cuda"
@@ -137,21 +137,21 @@ def bench_shapes(cfg, bw: float) -> list[dict]:
 
         def mk(c, s, kind=kind, x=x, nw=nw, y=y):
             if kind == "norm":
-                return lambda: tlin.fused_rmsnorm_matvec(x, nw, 1e-6, c, s, 128, out=y)
+                return lambda: matvec.fused_rmsnorm_matvec(x, nw, 1e-6, c, s, 128, out=y)
             if kind == "swiglu":
-                return lambda: tlin.swiglu_matvec(x, c, s, 128, norm_weight=nw, out=y)
-            return lambda: tlin.ternary_matvec(x, c, s, 128, out=y, residual=y)
+                return lambda: matvec.swiglu_matvec(x, c, s, 128, norm_weight=nw, out=y)
+            return lambda: matvec.ternary_matvec(x, c, s, 128, out=y, residual=y)
 
         def mk_plain(c, s, x=x):
             yy = torch.empty(1, c.shape[0], device=DEV, dtype=BF16)
-            return lambda: tlin.ternary_matvec(x, c, s, 128, out=yy)
+            return lambda: matvec.ternary_matvec(x, c, s, 128, out=yy)
 
         t_fused = graph_time_ms([mk(c, s) for c, s in ws]) / copies
         t_plain = graph_time_ms([mk_plain(c, s) for c, s in ws]) / copies
         key = "|".join(str(p) for p in ("gemv", 1, out_n if kind == "swiglu" else n, k, 128, "t2", kind in
                                          ("norm", "swiglu"), kind == "swiglu", kind == "resid", BF16))
-        cfg_used = tlin._tuned.get(key + "|a8") if tlin.decode_activations() == "int8" else None
-        cfg_used = cfg_used or tlin._tuned.get(key)
+        cfg_used = tuning._tuned.get(key + "|a8") if matvec.decode_activations() == "int8" else None
+        cfg_used = cfg_used or tuning._tuned.get(key)
         del ws
         dense_bytes = n * k * 2
         dcopies = max(2, min(16, -(-256_000_000 // dense_bytes)))
@@ -185,11 +185,11 @@ def bench_token_chain(cfg, bw: float, with_bf16: bool = True) -> dict:
     lm = rand_weight(cfg.vocab_size, h)
     calls = []
     for (qc, qs), (oc, os_), (gc, gs), (dc, ds) in layers:
-        calls += [lambda qc=qc, qs=qs: tlin.fused_rmsnorm_matvec(x, nw, 1e-6, qc, qs, 128, out=qkv),
-                  lambda oc=oc, os_=os_: tlin.ternary_matvec(attn, oc, os_, 128, out=x, residual=x),
-                  lambda gc=gc, gs=gs: tlin.swiglu_matvec(x, gc, gs, 128, norm_weight=nw, out=act),
-                  lambda dc=dc, ds=ds: tlin.ternary_matvec(act, dc, ds, 128, out=x, residual=x)]
-    calls.append(lambda lm=lm: tlin.fused_rmsnorm_matvec(x, nw, 1e-6, lm[0], lm[1], 128, out=logits))
+        calls += [lambda qc=qc, qs=qs: matvec.fused_rmsnorm_matvec(x, nw, 1e-6, qc, qs, 128, out=qkv),
+                  lambda oc=oc, os_=os_: matvec.ternary_matvec(attn, oc, os_, 128, out=x, residual=x),
+                  lambda gc=gc, gs=gs: matvec.swiglu_matvec(x, gc, gs, 128, norm_weight=nw, out=act),
+                  lambda dc=dc, ds=ds: matvec.ternary_matvec(act, dc, ds, 128, out=x, residual=x)]
+    calls.append(lambda lm=lm: matvec.fused_rmsnorm_matvec(x, nw, 1e-6, lm[0], lm[1], 128, out=logits))
     nbytes = L * (packed_bytes(qkv_n, h) + packed_bytes(h, cfg.num_heads * hd) + packed_bytes(2 * inter, h)
                   + packed_bytes(h, inter)) + packed_bytes(cfg.vocab_size, h)
     t = graph_time_ms(calls)
@@ -239,11 +239,11 @@ def bench_prefill(cfg) -> list[dict]:
             y = torch.empty(m, n, device=DEV, dtype=BF16)
             r = {"op": name, "M": m, "N": n, "K": k}
             for path in ("mm", "dequant"):
-                r[path + "_us"] = graph_time_ms([lambda path=path, x=x, c=c, s=s, y=y: tlin.ternary_matmul(
+                r[path + "_us"] = graph_time_ms([lambda path=path, x=x, c=c, s=s, y=y: gemm.ternary_matmul(
                     x, c, s, 128, out=y, prefill_path=path)] * 5) * 1e3 / 5
             w = torch.randn(n, k, device=DEV, dtype=BF16)
             r["bf16_cublas_us"] = graph_time_ms([lambda w=w, x=x, y=y: torch.matmul(x, w.t(), out=y)] * 5) * 1e3 / 5
-            tlin.ternary_matmul(x, c, s, 128, out=y)  # records the auto choice
+            gemm.ternary_matmul(x, c, s, 128, out=y)  # records the auto choice
             r["tflops_best"] = 2 * m * n * k / (min(r["mm_us"], r["dequant_us"]) * 1e-6) / 1e12
             rows.append(r)
             del w
@@ -334,7 +334,7 @@ def main() -> int:
             res[name] = {"error": f"{type(e).__name__}: {e}"}
         print(f"[{name}] {time.time() - t0:.1f}s: {json.dumps(res[name], default=str)[:2000]}", flush=True)
         (out / "bench_kernels.json").write_text(json.dumps(res, indent=1, default=str))
-    (out / "tuned_configs.json").write_text(json.dumps(tlin.dump_tuned(), indent=1, default=str))
+    (out / "tuned_configs.json").write_text(json.dumps(tuning.dump_tuned(), indent=1, default=str))
     md = [f"GPU {res['gpu']}, {res['date']}, torch {res['torch']}, triton {res['triton']}, shapes {args.model}",
           "bandwidth GB/s: " + ", ".join(f"{k} {v:.0f}" for k, v in res["bandwidth_GBps"].items()), ""]
     if isinstance(res.get("shapes"), list):

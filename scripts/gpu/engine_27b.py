@@ -73,7 +73,7 @@ def main() -> int:
     from runtime.devices import parse_bytes
     from runtime.engine import CancelToken, Engine
     from runtime.generation import GenerationSettings
-    from runtime.kernels import pdl
+    from runtime.kernels.triton import pdl
     from runtime.prefill import graph_prefill_enabled
 
     ap = argparse.ArgumentParser()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-measure the shipped launch configs for this GPU, for both decode-activation modes, and write
-# runtime/kernels/tuned/<gpu>.json (copied to $OUT too). Usage on the GPU machine: bash scripts/gpu/retune_h200.sh
+# runtime/kernels/triton/tuned/<gpu>.json (copied to $OUT too). Usage on the GPU machine: bash scripts/gpu/retune_h200.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/retune}
 mkdir -p "$OUT/a8" "$OUT/ex"
@@ -16,7 +16,7 @@ import json, sys, glob, torch
 from pathlib import Path
 out = Path(sys.argv[1])
 name = torch.cuda.get_device_name().lower().replace(" ", "-")
-dst = Path("runtime/kernels/tuned") / f"{name}.json"
+dst = Path("runtime/kernels/triton/tuned") / f"{name}.json"
 merged = json.loads(dst.read_text()) if dst.exists() else {}
 for f in sorted(glob.glob(str(out / "*" / "*" / "tuned_configs.json"))):
     merged.update(json.loads(Path(f).read_text()))

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.history import HistoryStore
-from app.settings_model import AppSettings, SamplingSettings
+from app.core.history import HistoryStore
+from app.core.settings_model import AppSettings, SamplingSettings
 
 PAGE = 4096
 MODEL_KEY = "/models/tiny.gguf"

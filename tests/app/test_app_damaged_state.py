@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from app.history import SCHEMA_VERSION, HistoryStore, open_history
-from app.settings_file import backup_path
-from app.settings_model import AppSettings
+from app.core.history import SCHEMA_VERSION, HistoryStore, open_history
+from app.core.settings_file import backup_path
+from app.core.settings_model import AppSettings
 from tests.app.damaged_state import (
     MODEL_KEY,
     default_leaves,

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from app.documents import DocumentError, decode_text, extract_text, html_to_text
+from app.core.documents import DocumentError, decode_text, extract_text, html_to_text
 from tests.app.pdf_samples import blank_pdf, text_pdf
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from app import documents
-from app.documents import DocumentError, extract_text
+from app.core import documents
+from app.core.documents import DocumentError, extract_text
 
 posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="FIFOs are POSIX")
 

@@ -3,8 +3,8 @@ import sqlite3
 
 import pytest
 
-from app.history import COMPLETE, PARTIAL, HistoryStore, StreamingMessageSaver
-from app.paths import data_dir
+from app.core.history import COMPLETE, PARTIAL, HistoryStore, StreamingMessageSaver
+from app.core.paths import data_dir
 
 
 def test_history_default_path_is_under_isolated_home(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.paths import data_dir
+from app.core.paths import data_dir
 from runtime.cli import main
 from tests import model_factory as mf
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import docx
 
-from app.documents import Document, extract_text
+from app.core.documents import Document, extract_text
 from app.knowledge.passages import MAX_TOKENS, TARGET_TOKENS, estimate_tokens, split_document
 from tests.app.pdf_samples import pages_pdf
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.settings_model import DownloadSettings, check_models_folder
+from app.core.settings_model import DownloadSettings, check_models_folder
 from runtime.hub.paths import HubPaths
 from runtime.hub.settings import HubSettings
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from app.settings_model import (
+from app.core.settings_model import (
     AppSettings,
     HardwareSettings,
     SamplingSettings,
@@ -82,8 +82,8 @@ def test_gauge_durations_switch_to_milliseconds_below_one_second() -> None:
 
 
 def test_offload_policies_and_gauge_texts_include_mapped() -> None:
+    from app.core.settings_model import OFFLOAD_POLICIES
     from app.gauges import offload_mode_text, placement_text
-    from app.settings_model import OFFLOAD_POLICIES
 
     assert OFFLOAD_POLICIES == ("auto", "stream", "mapped", "cpu")
     assert HardwareSettings(offload_policy="mapped").validate() == []

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.summarize import Summarizer
+from app.core.summarize import Summarizer
 from runtime.errors import ContextOverflowError
 from runtime.generation import CancelToken, DoneEvent, GenerationSettings, GenerationStats, TextEvent
 
@@ -154,7 +154,7 @@ def test_answer_budget_comes_from_the_context_not_the_chat_max_new_tokens():
     assert big.answer_tokens == small.answer_tokens == 512 and big.settings.max_new_tokens == 512
     a, b = big.summarize(text), small.summarize(text)
     assert a.chunks == b.chunks == 3 and a.answer_tokens == 512 and a.complete and b.complete
-    from app.summarize import answer_budget
+    from app.core.summarize import answer_budget
 
     assert (answer_budget(4096), answer_budget(512), answer_budget(256), answer_budget(131072)) == (512, 64, 48, 1024)
 
@@ -182,7 +182,7 @@ def test_partial_summaries_too_long_to_pair_are_condensed_then_combined():
 def test_a_partial_summary_too_long_even_alone_keeps_the_work_and_says_so():
     eng = LongReplyEngine(1000, map_inflate=8)  # 125 generated tokens come back as 1000 words
     res = Summarizer(eng).summarize(_doc(n_paragraphs=40, words=60))
-    from app.summarize import SummaryError
+    from app.core.summarize import SummaryError
 
     assert isinstance(res.failure, SummaryError) and res.failure.code == "part_too_long"
     assert res.failure.params["tokens"] == 1000 and 0 < res.failure.params["room"] < 1000
@@ -233,7 +233,7 @@ def test_each_generation_is_streamed_reported_and_timed():
 
 
 def test_context_too_small_names_the_numbers_for_translation():
-    from app.summarize import SummaryError
+    from app.core.summarize import SummaryError
 
     with pytest.raises(SummaryError) as e:
         Summarizer(WordEngine(context_length=120), answer_tokens=40).summarize(_doc())

@@ -163,7 +163,7 @@ APP_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "p
 
 @pytest.mark.parametrize("flag", [f for f in BAD if FIELD[f] in APP_FIELDS])
 def test_app_and_cli_accept_and_refuse_the_same_values(flag):
-    from app.settings_model import LIMITS, SamplingSettings
+    from app.core.settings_model import LIMITS, SamplingSettings
 
     name = FIELD[flag]
     assert LIMITS[name] is RULES[name]  # one definition, not a copy that can drift
@@ -185,7 +185,7 @@ def test_app_and_cli_accept_and_refuse_the_same_values(flag):
 
 
 def test_app_and_cli_agree_on_devices():
-    from app.settings_model import HardwareSettings
+    from app.core.settings_model import HardwareSettings
 
     for text in BAD["--device"] + GOOD["--device"]:
         app_ok = not [f for f, _ in HardwareSettings(device=text).validate() if f == "device"]

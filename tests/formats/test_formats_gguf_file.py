@@ -70,15 +70,21 @@ def test_gguf_round_trip_is_bit_exact_and_survives_ternary(ttype, gguf_files, mo
 
 
 def test_lossy_dense_quant_types_are_read(gguf_files, model_data):
-    """Q8_0 is close enough to recover ternary codes; Q4_0's -7/8 step is refused unless kept dense."""
+    """Q8_0 is close enough to recover ternary codes; Q4_0's -7/8 step is not ternary: such matrices
+    load dense as decoded, with a notice (refused only by a strict "error" source)."""
     q8 = read_gguf(gguf_files["Q8_0"])
     from runtime.formats.codecs import codes_of
     name = "model.layers.0.mlp.up_proj.weight"
     assert torch.equal(codes_of(q8.tensors[name]), codes_of(model_data.tensors[name]))
+    assert q8.notices == []
     with pytest.raises(ModelFormatError, match="not ternary"):
-        read_gguf(gguf_files["Q4_0"])
+        read_gguf(gguf_files["Q4_0"], non_ternary="error")
     q4 = read_gguf(gguf_files["Q4_0"], non_ternary="dense")
     assert isinstance(q4.tensors[name], DenseTensor)
+    auto = read_gguf(gguf_files["Q4_0"])
+    dense = [n for n, t in auto.tensors.items() if isinstance(t, DenseTensor) and t.data.ndim == 2]
+    assert name in dense and all(torch.equal(auto.tensors[n].data, q4.tensors[n].data) for n in dense)
+    assert len(auto.notices) == 1 and f"{len(dense)} weight matrices are not ternary" in auto.notices[0]
     q4q = read_gguf(gguf_files["Q4_0"], non_ternary="quantize")
     assert isinstance(q4q.tensors[name], TernaryTensor)
 

@@ -1,6 +1,7 @@
 """Hugging Face folders (PrismML -unpacked style): exact ternary recovery from fp32/fp16/bf16
-safetensors, sharded checkpoints, tokenizer/template/generation defaults, refusal of
-non-ternary weights (naming tensor, row and group) and of corrupt safetensors."""
+safetensors, sharded checkpoints, tokenizer/template/generation defaults, non-ternary weights
+(kept dense with a notice; refused by a strict source, naming tensor, row and group) and refusal
+of corrupt safetensors."""
 
 from __future__ import annotations
 
@@ -102,10 +103,41 @@ def non_ternary_folder(tmp_path, hf_folder):
     return dst
 
 
-def test_non_ternary_is_refused_naming_tensor_row_and_group(non_ternary_folder):
+def test_non_ternary_weight_loads_dense_with_a_notice(non_ternary_folder, hf_folder):
+    """A matrix that is not ternary is kept as the dense matrix stored (never refused), the others
+    stay ternary, the notice names it and its cost, and the model runs it: its logits equal a
+    reference that holds that matrix dense from the start."""
+    from safetensors.torch import load_file
+
+    from runtime.formats.loader import load_model
+    from runtime.formats.model_data import DenseTensor
+    from runtime.model.qwen3 import Qwen3Model
+
+    name = "model.layers.1.mlp.gate_proj.weight"
+    data = load_model(non_ternary_folder)
+    stored = load_file(non_ternary_folder / "model.safetensors")[name]
+    assert isinstance(data.tensors[name], DenseTensor) and torch.equal(data.tensors[name].data, stored)
+    assert sum(isinstance(t, DenseTensor) and t.data.ndim == 2 for t in data.tensors.values()) == 1
+    assert len(data.notices) == 1 and name in data.notices[0]
+    assert "1 weight matrices are not ternary" in data.notices[0] and "MB instead of" in data.notices[0]
+    assert read_hf_folder(non_ternary_folder).notices == data.notices
+    ref = read_hf_folder(hf_folder)  # the same model, all ternary, then the one matrix swapped in dense
+    assert ref.notices == []
+    ref.tensors[name] = DenseTensor(stored.clone())
+    ids = torch.arange(40) % data.config.vocab_size
+    with torch.no_grad():
+        got = Qwen3Model.from_model_data(data, max_positions=64, backend="reference")(ids, torch.arange(40))
+        want = Qwen3Model.from_model_data(ref, max_positions=64, backend="reference")(ids, torch.arange(40))
+        before = Qwen3Model.from_model_data(read_hf_folder(hf_folder), max_positions=64,
+                                            backend="reference")(ids, torch.arange(40))
+    assert torch.equal(got, want) and not torch.equal(got, before)
+
+
+def test_strict_source_refuses_naming_tensor_row_and_group(non_ternary_folder):
+    """``strict`` (what ``convert`` opens sources with) refuses instead of keeping the matrix dense."""
     with pytest.raises(ModelFormatError, match=r"model\.layers\.1\.mlp\.gate_proj\.weight is not ternary: "
                                                r"row 37, group 1 .*--quantize"):
-        read_hf_folder(non_ternary_folder)
+        read_hf_folder(non_ternary_folder, strict=True)
 
 
 def test_quantize_option_reports_the_error(non_ternary_folder):
@@ -131,7 +163,7 @@ def test_row_numbers_are_global_when_chunked(tmp_path, hf_folder, monkeypatch):
     sd["model.layers.0.mlp.up_proj.weight"][301, 5] = 1e-3 + sd["model.layers.0.mlp.up_proj.weight"][301, 5]
     save_file(sd, dst / "model.safetensors")
     with pytest.raises(ModelFormatError, match="row 301, group 0"):
-        read_hf_folder(dst)
+        read_hf_folder(dst, strict=True)
 
 
 def _corrupt_copy(tmp_path, hf_folder, mutate):

@@ -1,4 +1,4 @@
-"""The graph decoder's one-launch sampler (``triton_sampling.DecoderSampler``) on the GPU at the Bonsai vocabulary,
+"""The graph decoder's one-launch sampler (``runtime.kernels.triton.sampling.DecoderSampler``) on the GPU at the Bonsai vocabulary,
 against the eager torch ops it replaces: same fp32 numbers, same token and state, same graph-decoded tokens."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode import GraphDecoder, fused_qwen3_step, graph_safe_embedding
+from runtime.gpu_decode import GraphDecoder, fused_qwen3_step
 from runtime.model.qwen3 import Qwen3Model
 from tests import model_factory as mf
 
@@ -49,7 +49,6 @@ def test_decoder_sampler_equals_the_eager_ops(params):
 def _graph_tokens(md, monkeypatch, sampler: str, n: int = 32) -> list[int]:
     monkeypatch.setenv("TERNARY_FUSED_SAMPLING", sampler)
     model = Qwen3Model.from_model_data(md, DEV, dtype=torch.bfloat16, max_positions=256)
-    model.embed = graph_safe_embedding(model.embed)
     step = fused_qwen3_step(model)
     assert step is not None
     dec = GraphDecoder(step, model.vocab_size, DEV)

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from runtime.kernels import reference_ops as ref
-from runtime.kernels import triton_linear as tlin
-from runtime.kernels.triton_attention import decode_attention
-from runtime.kernels.triton_norm import rmsnorm
-from runtime.kernels.triton_rope import qk_norm_rope_kv_write
-from runtime.kernels.triton_sampling import make_sampling_params, sample
+from runtime.kernels.triton import gemm, matvec, packing, tuning
+from runtime.kernels.triton.attention import decode_attention
+from runtime.kernels.triton.norm import rmsnorm
+from runtime.kernels.triton.rope import qk_norm_rope_kv_write
+from runtime.kernels.triton.sampling import make_sampling_params, sample
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -39,35 +39,34 @@ SHAPES = [(4096, 2048), (6144, 4096), (4096, 12288), (17408, 5120), (151669, 409
 def test_gpu_matvec_shapes(n: int, k: int, dtype: torch.dtype) -> None:
     codes, scales = weight(n, k, seed=n)
     x = torch.randn(1, k, device=DEV).to(dtype)
-    old = tlin.decode_activations()
+    old = matvec.decode_activations()
     try:
-        tlin.set_decode_activations("exact")
+        matvec.set_decode_activations("exact")
         expect = ref.ref_ternary_matmul(x, codes, scales, 128)
-        y = tlin.ternary_matvec(x, codes, scales, 128)  # tuned config
+        y = matvec.ternary_matvec(x, codes, scales, 128)  # tuned config
         assert rel(y, expect) < TOL[dtype]
-        tlin.set_decode_activations("int8")
-        y = tlin.ternary_matvec(x, codes, scales, 128)  # tuned among int8 and exact kernels
+        matvec.set_decode_activations("int8")
+        y = matvec.ternary_matvec(x, codes, scales, 128)  # tuned among int8 and exact kernels
         xq = ref.ref_int8_activations(x)
         assert min(rel(y, ref.ref_ternary_matmul(xq, codes, scales, 128)), rel(y, expect)) < TOL[dtype]
         assert rel(y, expect) < 2e-2
     finally:
-        tlin.set_decode_activations(old)
+        matvec.set_decode_activations(old)
 
 
 @pytest.mark.parametrize("cfg", [("q8", 2, 4096, 1, 2), ("q8c", 2, 4096, 1, 2), ("q8c", 4, 4096, 1, 2),
-                                 ("q8p", 2, 4096, 8, 2), ("q8px", 2, 0, 8, 2)])
+                                 ("q8p", 2, 4096, 8, 2)])
 def test_gpu_matvec_more_row_tiles_than_a_grid_dimension_holds(cfg: tuple) -> None:
     """An LM head in 2-row tiles is 75,835 programs: more than grid dimension 1 allows (65,535), so the
     row tiles go in dimension 0 (the launch failed with "invalid argument" before)."""
     n, k = 151_669, 4096
     codes, scales = weight(n, k, seed=4)
     x = torch.randn(1, k, device=DEV, dtype=torch.float32)
-    y = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
     assert rel(y, ref.ref_ternary_matmul(ref.ref_int8_activations(x), codes, scales, 128)) < 5e-4
 
 
-@pytest.mark.parametrize("cfg", tlin._Q8_CANDIDATES + tlin._Q8C_CANDIDATES + tlin._Q8P_CANDIDATES
-                         + tlin._Q8PX_CANDIDATES)
+@pytest.mark.parametrize("cfg", tuning._Q8_CANDIDATES + tuning._Q8C_CANDIDATES + tuning._Q8P_CANDIDATES)
 def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
     """W2A8 (dp4a) mat-vec at 8B shapes, batch 1..8, plain / fused norm / SwiGLU / residual."""
     n, k = 6144, 4096
@@ -78,25 +77,25 @@ def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
     for m in (1, 3, 8):
         x = torch.randn(m, k, device=DEV, dtype=torch.float32, generator=gen)
         xq = ref.ref_int8_activations(x)
-        y = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
+        y = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
         # the kernel's x * (127 / amax) may round a value sitting on a .5 tie the other way than
         # torch's: one int8 step on a few of 4096 values is ~1e-4 relative (exact x differs by ~1e-2)
         assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, 128)) < 5e-4
-        assert torch.equal(y, tlin.ternary_matvec(x, codes, scales, 128, config=cfg))  # reproducible
+        assert torch.equal(y, matvec.ternary_matvec(x, codes, scales, 128, config=cfg))  # reproducible
         xb = x.to(torch.bfloat16)
-        y = tlin.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+        y = matvec.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
         e = ref.ref_swiglu_matvec(ref.ref_int8_activations(ref.ref_rmsnorm(xb, nw, 1e-6)),
                                   codes, scales, up_codes, up_scales, 128)
         assert rel(y, e) < TOL[torch.bfloat16]
         r = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
         e = ref.ref_ternary_matmul(ref.ref_int8_activations(xb), codes, scales, 128, residual=r.float())
-        tlin.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=cfg)
+        matvec.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=cfg)
         assert rel(r, e) < TOL[torch.bfloat16]
 
 
 @pytest.mark.parametrize("k", [5120, 6144, 17408, 9728])
-@pytest.mark.parametrize("cfg", [c for c in tlin._Q8P_CANDIDATES if c[2] == 0] + tlin._Q8PX_CANDIDATES[:3])
+@pytest.mark.parametrize("cfg", [c for c in tuning._Q8P_CANDIDATES if c[2] == 0])
 def test_gpu_matvec_q8p_whole_row_tails(cfg: tuple, k: int) -> None:
     """Persistent mat-vec, a whole row per step at the 27B widths (320 = 256 + 64, 384 = 256 + 128,
     1088 = 1024 + 64 words) and the 4B FFN (608 = 512 + 96 of a 128-word tail): SwiGLU + norm and
@@ -107,30 +106,30 @@ def test_gpu_matvec_q8p_whole_row_tails(cfg: tuple, k: int) -> None:
     nw = torch.rand(k, device=DEV, dtype=torch.bfloat16) + 0.5
     for m in (1, 3):
         xb = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
-        y = tlin.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+        y = matvec.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
         e = ref.ref_swiglu_matvec(ref.ref_int8_activations(ref.ref_rmsnorm(xb, nw, 1e-6)),
                                   codes, scales, up_codes, up_scales, 128)
         assert rel(y, e) < TOL[torch.bfloat16]
-        assert torch.equal(y, tlin.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales,
+        assert torch.equal(y, matvec.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales,
                                                  norm_weight=nw, config=cfg))
         r = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
         e = ref.ref_ternary_matmul(ref.ref_int8_activations(xb), codes, scales, 128, residual=r.float())
-        tlin.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=cfg)
+        matvec.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=cfg)
         assert rel(r, e) < TOL[torch.bfloat16]
 
 
-@pytest.mark.parametrize("cfg", tlin._GEMV_CANDIDATES + tlin._DOT_CANDIDATES + tlin._XP_CANDIDATES
-                         + tlin._X3_CANDIDATES)
+@pytest.mark.parametrize("cfg", tuning._GEMV_CANDIDATES + tuning._DOT_CANDIDATES + tuning._XP_CANDIDATES
+                         + tuning._X3_CANDIDATES)
 def test_gpu_matvec_every_config_batch(cfg: tuple) -> None:
     """Every candidate launch config (incl. split-K with in-kernel reduction) at batch 1..8."""
     n, k = 6144, 4096
     codes, scales = weight(n, k, seed=1)
     for m in (1, 3, 8):
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
-        y = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
+        y = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
         assert rel(y, ref.ref_ternary_matmul(x, codes, scales, 128)) < TOL[torch.bfloat16]
-        y2 = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
+        y2 = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
         assert torch.equal(y, y2)  # split-K reduction order is fixed: bitwise reproducible
 
 
@@ -138,13 +137,13 @@ def test_gpu_matvec_every_config_batch(cfg: tuple) -> None:
 def test_gpu_matvec_group_sizes(g: int) -> None:
     codes, scales = weight(2048, 4096, g=g, seed=g)
     x = torch.randn(2, 4096, device=DEV, dtype=torch.bfloat16)
-    assert rel(tlin.ternary_matvec(x, codes, scales, g), ref.ref_ternary_matmul(x, codes, scales, g)) < 1e-2
+    assert rel(matvec.ternary_matvec(x, codes, scales, g), ref.ref_ternary_matmul(x, codes, scales, g)) < 1e-2
 
 
 def test_gpu_matvec_t3_27b_shape() -> None:
     codes, scales = weight(6144, 5120, enc="t3", seed=3)
     x = torch.randn(1, 5120, device=DEV, dtype=torch.bfloat16)
-    y = tlin.ternary_matvec(x, codes, scales, 128, "t3")
+    y = matvec.ternary_matvec(x, codes, scales, 128, "t3")
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, 128, "t3")) < 1e-2
 
 
@@ -153,17 +152,17 @@ def test_gpu_fused_norm_swiglu_residual_8b() -> None:
     x = torch.randn(1, 4096, device=DEV, dtype=dtype) * 3
     nw = (torch.randn(4096, device=DEV) * 0.1 + 1).to(dtype)
     qkv_c, qkv_s = weight(6144, 4096, seed=4)
-    y = tlin.fused_rmsnorm_matvec(x, nw, 1e-6, qkv_c, qkv_s, 128)
+    y = matvec.fused_rmsnorm_matvec(x, nw, 1e-6, qkv_c, qkv_s, 128)
     assert rel(y, ref.ref_fused_rmsnorm_matvec(x, nw, 1e-6, qkv_c, qkv_s, 128)) < 1e-2
     gu_c, gu_s = weight(2 * 12288, 4096, seed=5)
-    y = tlin.swiglu_matvec(x, gu_c, gu_s, 128, norm_weight=nw)
+    y = matvec.swiglu_matvec(x, gu_c, gu_s, 128, norm_weight=nw)
     e = ref.ref_swiglu_matvec(x, gu_c[:12288], gu_s[:12288], gu_c[12288:], gu_s[12288:], 128, norm_weight=nw)
     assert rel(y, e) < 2e-2
     d_c, d_s = weight(4096, 12288, seed=6)
     h = torch.randn(1, 12288, device=DEV, dtype=dtype)
     resid = torch.randn(1, 4096, device=DEV, dtype=dtype)
     e = ref.ref_ternary_matmul(h, d_c, d_s, 128, residual=resid)
-    tlin.ternary_matvec(h, d_c, d_s, 128, out=resid, residual=resid)
+    matvec.ternary_matvec(h, d_c, d_s, 128, out=resid, residual=resid)
     assert rel(resid, e) < 1e-2
 
 
@@ -171,7 +170,7 @@ def test_gpu_fused_norm_swiglu_residual_8b() -> None:
 def test_gpu_prefill_paths(path: str | None) -> None:
     codes, scales = weight(4096, 4096, seed=7)
     x = torch.randn(512, 4096, device=DEV, dtype=torch.bfloat16)
-    y = tlin.ternary_matmul(x, codes, scales, 128, prefill_path=path)
+    y = gemm.ternary_matmul(x, codes, scales, 128, prefill_path=path)
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, 128)) < 1e-2
 
 
@@ -179,11 +178,11 @@ def test_gpu_matvec_holds_no_dense_weight() -> None:
     """Peak memory of a decode mat-vec is the packed weight + tiny buffers, never an fp16 copy."""
     codes, scales = weight(151669, 4096, seed=8)
     x = torch.randn(1, 4096, device=DEV, dtype=torch.bfloat16)
-    tlin.ternary_matvec(x, codes, scales, 128)  # tune/compile first
+    matvec.ternary_matvec(x, codes, scales, 128)  # tune/compile first
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
-    tlin.ternary_matvec(x, codes, scales, 128)
+    matvec.ternary_matvec(x, codes, scales, 128)
     torch.cuda.synchronize()
     extra = torch.cuda.max_memory_allocated() - base
     assert extra < 0.02 * (codes.numel() + 2 * scales.numel())
@@ -312,13 +311,13 @@ def test_gpu_cuda_graph_decode_kernels() -> None:
     attn = torch.empty(hq, dim, device=DEV, dtype=dtype)
 
     def step() -> None:
-        tlin.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 128, out=qkv)
+        matvec.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 128, out=qkv)
         q = qkv[:, :4096].view(1, hq, dim)
         k = qkv[:, 4096:5120].view(1, hkv, dim)
         v = qkv[:, 5120:].view(1, hkv, dim)
         qr = qk_norm_rope_kv_write(q, k, v, qn, qn, cos, sin, pos, kc, vc, 1e-6)
         decode_attention(qr[0], kc, vc, seq, dim ** -0.5, out=attn)
-        logits = tlin.ternary_matvec(attn.view(1, -1)[:, :4096], lm_c, lm_s, 128)
+        logits = matvec.ternary_matvec(attn.view(1, -1)[:, :4096], lm_c, lm_s, 128)
         sample(logits, params, counts, rng, tok)
         pos.add_(1)
         seq.add_(1)
@@ -369,18 +368,18 @@ def test_gpu_decode_attention_merge_launch_writes_o_proj_planes(hq: int, hkv: in
         vc = torch.randn(hkv, positions, dim, device=DEV, dtype=dtype)
     gate = torch.randn(hq, 2 * dim, device=DEV, dtype=dtype)[:, dim:] if gated else None
     pos = torch.tensor([length - 1], device=DEV)
-    planes = torch.full((tlin.Q8_PLANES * hq * dim // 16,), -7, dtype=torch.int32, device=DEV)
+    planes = torch.full((packing.Q8_PLANES * hq * dim // 16,), -7, dtype=torch.int32, device=DEV)
     o = decode_attention(q, kc, vc, pos, dim ** -0.5, gate=gate, len_offset=1, q8_out=planes, **kw)
     assert torch.equal(o, decode_attention(q, kc, vc, pos, dim ** -0.5, gate=gate, len_offset=1, **kw))
     x = o.reshape(1, -1)
     k = hq * dim
     expect = torch.empty_like(planes)
-    tlin._quant_x_kernel[(1, triton.cdiv(k // 16, 64))](x, x.stride(0), x, expect, k, k // 16, 1e-6, 0.0,
+    packing._quant_x_kernel[(1, triton.cdiv(k // 16, 64))](x, x.stride(0), x, expect, k, k // 16, 1e-6, 0.0,
                                                          BLOCK_W=64, NORM=False, NORM_QWEN3=True, NORM_BLOCK=4096,
                                                          USE_GDC=False)
     assert torch.equal(planes, expect)
     codes, scales = make_weight(512, k, 128, "t2", seed=3)
     codes, scales = codes.to(DEV), scales.to(DEV)
     for cfg in [("q8p", 2, 0, 16, 1), ("q8", 4, 4096, 1, 2)]:
-        plain = tlin.ternary_matvec(x, codes, scales, 128, config=cfg)
-        assert torch.equal(tlin.ternary_matvec(x, codes, scales, 128, config=cfg, x_int8=planes), plain)
+        plain = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
+        assert torch.equal(matvec.ternary_matvec(x, codes, scales, 128, config=cfg, x_int8=planes), plain)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from runtime.formats.model_data import T2, T3
-from runtime.model.qwen3 import TernaryEmbedding
+from runtime.kernels.ternary_embedding import TernaryEmbedding
 from runtime.offload import MappedHostEmbedding
 from runtime.synthetic import random_ternary
 

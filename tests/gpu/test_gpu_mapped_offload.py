@@ -16,7 +16,7 @@ from runtime.engine import Engine
 from runtime.formats.model_data import T2, T3
 from runtime.generation import GenerationSettings
 from runtime.gpu_decode_qwen35 import fused_decode_step
-from runtime.kernels import triton_linear as tlin
+from runtime.kernels.triton import backend, gemm, launch, matvec, tuning
 from runtime.offload import host_mapped_tensors, map_linears_to_host, measure_offload_costs
 from runtime.prefill import graph_prefill_runner, graph_unsupported_reason
 from runtime.synthetic import random_ternary
@@ -44,8 +44,8 @@ def _all_mapped(real):
     return plan
 
 
-def _mapped_linears(model: torch.nn.Module) -> list[tlin.TritonLinear]:
-    return [m for m in model.modules() if isinstance(m, tlin.TritonLinear)]
+def _mapped_linears(model: torch.nn.Module) -> list[backend.TritonLinear]:
+    return [m for m in model.modules() if isinstance(m, backend.TritonLinear)]
 
 
 def _settle() -> int:
@@ -143,29 +143,29 @@ def test_mapped_first_with_nothing_tuned_then_resident_chooses_nothing_new(monke
 
     _, data = build_tiny(seed=9, group_size=128, num_hidden_layers=3, intermediate_size=1536)
     monkeypatch.setattr(engine_mod, "PREFILL_CHUNK", 16)  # PROMPT spans several prefill chunks
-    monkeypatch.setattr(tlin, "_tuned", {})
-    monkeypatch.setattr(tlin, "_user_tuned_file", lambda: None)
+    monkeypatch.setattr(tuning, "_tuned", {})
+    monkeypatch.setattr(tuning, "_user_tuned_file", lambda: None)
     mapped = _run(data, monkeypatch, mapped=True)
-    after_mapped = dict(tlin._tuned)
+    after_mapped = dict(tuning._tuned)
     assert any(k.startswith("prefill|") for k in after_mapped) and any(k.startswith("gemv|") for k in after_mapped)
     resident = _run(data, monkeypatch, mapped=False)
-    assert tlin._tuned == after_mapped  # no shape the resident run met was left for it to choose
+    assert tuning._tuned == after_mapped  # no shape the resident run met was left for it to choose
     assert mapped["tokens"] == resident["tokens"]
     assert mapped["prompt_tokens"] > 2 * 16
 
 
 def test_mapped_matrices_are_tuned_on_a_device_copy_and_round_like_resident(monkeypatch):
     t = random_ternary("mapped-probe", (384, 640), seed=11)  # a shape nothing else in the suite uses
-    resident = tlin.TritonLinear(t, DEV)
-    mapped = tlin.TritonLinear(t, DEV)
+    resident = backend.TritonLinear(t, DEV)
+    mapped = backend.TritonLinear(t, DEV)
     before = torch.cuda.memory_allocated(DEV)
     moved = map_linears_to_host(mapped)
-    assert moved == t.nbytes and mapped.codes.is_pinned() and tlin.is_mapped(mapped.codes)
+    assert moved == t.nbytes and mapped.codes.is_pinned() and launch.is_mapped(mapped.codes)
     assert before - torch.cuda.memory_allocated(DEV) >= moved  # the GPU copies are gone
 
     timed_on: list[str] = []  # device type of every weight a timed launch read
     timing = [False]
-    real_bench, real_gemv, real_mm, real_dq = tlin._bench, tlin._gemv_launch, tlin._mm_launch, tlin._dequant_matmul
+    real_bench, real_gemv, real_mm, real_dq = tuning._bench, matvec._gemv_launch, gemm._mm_launch, gemm._dequant_matmul
 
     def bench(fn):
         timing[0] = True
@@ -175,26 +175,26 @@ def test_mapped_matrices_are_tuned_on_a_device_copy_and_round_like_resident(monk
             timing[0] = False
 
     def spy(real):
-        def launch(x2, a, b, *rest, **kw):
+        def spied(x2, a, b, *rest, **kw):
             if timing[0]:  # _gemv_launch(x2, nw, w, ...) / _mm_launch, _dequant_matmul(x2, codes, ...)
                 w = b if real is real_gemv else a
                 timed_on.append(w.device.type)
             return real(x2, a, b, *rest, **kw)
-        return launch
+        return spied
 
-    monkeypatch.setattr(tlin, "_bench", bench)
-    monkeypatch.setattr(tlin, "_gemv_launch", spy(real_gemv))
-    monkeypatch.setattr(tlin, "_mm_launch", spy(real_mm))
-    monkeypatch.setattr(tlin, "_dequant_matmul", spy(real_dq))
-    monkeypatch.setattr(tlin, "_user_tuned_file", lambda: None)
-    for key in [k for k in tlin._tuned if "|384|640|" in k]:
-        monkeypatch.delitem(tlin._tuned, key)
+    monkeypatch.setattr(tuning, "_bench", bench)
+    monkeypatch.setattr(matvec, "_gemv_launch", spy(real_gemv))
+    monkeypatch.setattr(gemm, "_mm_launch", spy(real_mm))
+    monkeypatch.setattr(gemm, "_dequant_matmul", spy(real_dq))
+    monkeypatch.setattr(tuning, "_user_tuned_file", lambda: None)
+    for key in [k for k in tuning._tuned if "|384|640|" in k]:
+        monkeypatch.delitem(tuning._tuned, key)
     x = torch.randn(1, 640, device=DEV, dtype=torch.bfloat16)
     y = mapped(x)  # decode mat-vec: tuned on a device copy of the mapped matrix, then run in place
     xs = torch.randn(64, 640, device=DEV, dtype=torch.bfloat16)
     ys = mapped(xs)  # prefill: the same, for the choice between the Triton GEMM and dequantize + cuBLAS
     assert timed_on and set(timed_on) == {"cuda"}  # timed, and never over the bus
-    keys = [k for k in tlin._tuned if "|384|640|" in k]
+    keys = [k for k in tuning._tuned if "|384|640|" in k]
     assert any(k.startswith("gemv|") for k in keys) and any(k.startswith("prefill|") for k in keys)
     n_timed = len(timed_on)
     # the resident matrix of the same shape follows the remembered choices: bit for bit, nothing re-timed

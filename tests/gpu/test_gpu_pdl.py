@@ -1,4 +1,4 @@
-"""Programmatic dependent launch (runtime/kernels/pdl.py): on a Hopper GPU it is on, and kernels that
+"""Programmatic dependent launch (runtime/kernels/triton/pdl.py): on a Hopper GPU it is on, and kernels that
 start early (first weight tile loaded before the wait) give bit-identical results to serial
 launches — eagerly and replayed from a CUDA graph, with split-K programs that have nothing to do,
 and through the whole fused decode step."""
@@ -12,9 +12,8 @@ import torch
 
 from runtime.formats.codecs import pack_t2, pack_t3
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode import GraphDecoder, fused_qwen3_step, graph_safe_embedding
-from runtime.kernels import pdl
-from runtime.kernels import triton_linear as tlin
+from runtime.gpu_decode import GraphDecoder, fused_qwen3_step
+from runtime.kernels.triton import matvec, pdl
 from runtime.model.qwen3 import Qwen3Model
 from tests import model_factory as mf
 
@@ -52,9 +51,9 @@ def _chain(h: torch.Tensor, layers: list, encoding: str, up_cfg: tuple, down_cfg
     """An MLP stack updating the residual stream ``h`` in place: every launch reads what the previous
     one wrote (norm + gate/up + SiLU, then down + residual into h)."""
     for nw, gate, up, down in layers:
-        m = tlin.swiglu_matvec(h, gate[0], gate[1], G, encoding, up_codes=up[0], up_scales=up[1], norm_weight=nw,
+        m = matvec.swiglu_matvec(h, gate[0], gate[1], G, encoding, up_codes=up[0], up_scales=up[1], norm_weight=nw,
                                config=up_cfg)
-        tlin.ternary_matvec(m, down[0], down[1], G, encoding, residual=h, out=h, config=down_cfg)
+        matvec.ternary_matvec(m, down[0], down[1], G, encoding, residual=h, out=h, config=down_cfg)
     return h
 
 
@@ -97,7 +96,6 @@ def test_dependent_matvec_chain_is_exact_under_pdl(encoding, up_cfg, down_cfg):
 def _fused_graph_tokens(md, flag: bool, prompt: list[int], n: int) -> list[int]:
     with pdl_set(flag):
         model = Qwen3Model.from_model_data(md, DEV, dtype=torch.bfloat16, max_positions=128)
-        model.embed = graph_safe_embedding(model.embed)
         step = fused_qwen3_step(model)
         assert step is not None
         dec = GraphDecoder(step, model.vocab_size, DEV)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from runtime.kernels import reference_ops as ref
-from runtime.kernels import triton_linear as tlin
+from runtime.kernels.triton import matvec, tuning
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -31,13 +31,13 @@ def _run(n: int, k: int, dual: bool, x: torch.Tensor, cfg: tuple | None, nw: tor
     codes, scales = weight(n, k, seed=n + k)
     if dual:
         up_codes, up_scales = weight(n, k, seed=n + k + 1)
-        y = tlin.swiglu_matvec(x, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+        y = matvec.swiglu_matvec(x, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
         h = ref.ref_rmsnorm(x, nw, 1e-6) if nw is not None else x
         e8 = ref.ref_swiglu_matvec(ref.ref_q3_activations(h, G), codes, scales, up_codes, up_scales, G, "t3")
         ex = ref.ref_swiglu_matvec(h.float(), codes, scales, up_codes, up_scales, G, "t3")
     else:
-        y = tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
+        y = matvec.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
         e8 = ref.ref_ternary_matmul(ref.ref_q3_activations(x, G), codes, scales, G, "t3")
         ex = ref.ref_ternary_matmul(x.float(), codes, scales, G, "t3")
     return y, e8, ex
@@ -46,22 +46,22 @@ def _run(n: int, k: int, dual: bool, x: torch.Tensor, cfg: tuple | None, nw: tor
 @pytest.mark.parametrize("n,k,dual", SHAPES)
 def test_gpu_t3_q3_27b_shapes(n: int, k: int, dual: bool) -> None:
     """The first q3 candidate and the tuned choice (int8 mode) vs the int8-x and exact references, bf16 x."""
-    assert tlin._q3_ok(k, G)
+    assert matvec._q3_ok(k, G)
     x = torch.randn(1, k, device=DEV).to(torch.bfloat16)
     nw = (torch.rand(k, device=DEV) + 0.5).to(torch.bfloat16) if dual else None
-    y, e8, ex = _run(n, k, dual, x, tlin._Q3_CANDIDATES[0], nw)
+    y, e8, ex = _run(n, k, dual, x, tuning._Q3_CANDIDATES[0], nw)
     assert rel(y, e8) < 1e-2  # bf16 output rounding
     assert rel(y, ex) < 3e-2
-    old = tlin.decode_activations()
+    old = matvec.decode_activations()
     try:
-        tlin.set_decode_activations("int8")
+        matvec.set_decode_activations("int8")
         y, e8, ex = _run(n, k, dual, x, None, nw)  # tuned among q3 and the exact t3 kernel
         assert min(rel(y, e8), rel(y, ex)) < 1e-2 and rel(y, ex) < 3e-2
     finally:
-        tlin.set_decode_activations(old)
+        matvec.set_decode_activations(old)
 
 
-@pytest.mark.parametrize("cfg", tlin._Q3_CANDIDATES)
+@pytest.mark.parametrize("cfg", tuning._Q3_CANDIDATES)
 def test_gpu_t3_q3_every_config(cfg: tuple) -> None:
     """Every q3 candidate (split-K incl.) at batch 1, 3, 8; fused norm + SwiGLU; residual; reproducible."""
     n, k = 5120, 6144
@@ -71,22 +71,22 @@ def test_gpu_t3_q3_every_config(cfg: tuple) -> None:
     gen = torch.Generator(device=DEV).manual_seed(13)
     for m in (1, 3, 8):
         x = torch.randn(m, k, device=DEV, generator=gen)
-        y = tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
+        y = matvec.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
         # The kernel computes floor(x * (127 / amax) + 0.5) with a fused multiply-add and Triton's fp32
         # division, the reference with separately rounded torch ops: an x within an ulp of a .5 boundary
         # lands one int8 step apart (~1e-4 relative at K = 6144, seen once in a full-suite run). Wrong
         # digits, scales or split-K sums are off by > 1e-2, so 1e-3 still separates bugs from rounding.
         assert rel(y, ref.ref_ternary_matmul(ref.ref_q3_activations(x, G), codes, scales, G, "t3")) < 1e-3
-        assert torch.equal(y, tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg))
+        assert torch.equal(y, matvec.ternary_matvec(x, codes, scales, G, "t3", config=cfg))
         xb = x.to(torch.bfloat16)
-        y = tlin.swiglu_matvec(xb, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+        y = matvec.swiglu_matvec(xb, codes, scales, G, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
         e = ref.ref_swiglu_matvec(ref.ref_q3_activations(ref.ref_rmsnorm(xb, nw, 1e-6), G), codes, scales, up_codes,
                                   up_scales, G, "t3")
         assert rel(y, e) < 1e-2
         r = torch.randn(m, n, device=DEV, dtype=torch.bfloat16)
         e = ref.ref_ternary_matmul(ref.ref_q3_activations(xb, G), codes, scales, G, "t3", residual=r.float())
-        tlin.ternary_matvec(xb, codes, scales, G, "t3", out=r, residual=r, config=cfg)
+        matvec.ternary_matvec(xb, codes, scales, G, "t3", out=r, residual=r, config=cfg)
         assert rel(r, e) < 1e-2
 
 
@@ -100,13 +100,13 @@ def test_gpu_t3_q3_speed_report() -> None:
 
         def call(cfg, codes=codes, scales=scales, up=up, x=x, dual=dual):
             if dual:
-                return tlin.swiglu_matvec(x, codes, scales, G, "t3", up_codes=up[0], up_scales=up[1], config=cfg)
-            return tlin.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
+                return matvec.swiglu_matvec(x, codes, scales, G, "t3", up_codes=up[0], up_scales=up[1], config=cfg)
+            return matvec.ternary_matvec(x, codes, scales, G, "t3", config=cfg)
 
         rows = []
-        for cfg in [tlin._GEMV_CANDIDATES[0]] + tlin._Q3_CANDIDATES:
+        for cfg in [tuning._GEMV_CANDIDATES[0]] + tuning._Q3_CANDIDATES:
             try:
-                ms = tlin._bench(lambda cfg=cfg: call(cfg))
+                ms = tuning._bench(lambda cfg=cfg: call(cfg))
             except Exception as e:  # report it, keep timing the rest
                 rows.append((float("inf"), cfg, repr(e)[:80]))
                 continue

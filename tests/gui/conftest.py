@@ -15,7 +15,7 @@ import keyring  # noqa: E402
 import keyring.backends.fail  # noqa: E402
 import pytest  # noqa: E402
 
-from app.settings_model import AppSettings, SamplingSettings  # noqa: E402
+from app.core.settings_model import AppSettings, SamplingSettings  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

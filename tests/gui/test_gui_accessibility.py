@@ -47,7 +47,7 @@ def test_gui_every_control_has_an_accessible_name(qtbot, make_window):
     for i in range(dlg.tabs.count()):
         dlg.tabs.setCurrentIndex(i)
         assert _unnamed(dlg.tabs.currentWidget()) == [], dlg.tabs.tabText(i)
-    from app.model_fit import Hardware
+    from app.core.model_fit import Hardware
     from app.model_manager import ModelManagerDialog
 
     mm = ModelManagerDialog(w, hardware=Hardware(ram_available_bytes=8 * 1024**3))

@@ -6,7 +6,7 @@ import time
 
 from PySide6.QtCore import Qt
 
-from app.history import COMPLETE, PARTIAL, HistoryStore
+from app.core.history import COMPLETE, PARTIAL, HistoryStore
 
 
 def _send(qtbot, w, text: str) -> None:

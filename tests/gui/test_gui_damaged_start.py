@@ -47,7 +47,7 @@ def started(qtbot):
         return st
 
     yield run
-    from app.main import install_translation
+    from app.translation import install_translation
 
     install_translation(QApplication.instance(), "en")  # while the windows can still take the change
     QApplication.processEvents()
@@ -229,7 +229,7 @@ def test_window_that_fails_to_build_stops_its_worker_thread_and_the_app_still_st
     """Anything unforeseen while building the window: no 'QThread: Destroyed while running' abort."""
     home = tmp_path / "home"
     _home_paths(home)
-    code = ("import app.history as h\n"
+    code = ("import app.core.history as h\n"
             "real = h.HistoryStore.conversations\n"
             "calls = []\n"
             "def once(self):\n"
@@ -249,7 +249,7 @@ def test_window_that_fails_to_build_stops_its_worker_thread_and_the_app_still_st
 def test_start_notice_survives_the_last_model_loading(qtbot, isolated_home, tiny_model_path):
     """The notice about a damaged file must not vanish when the last model finishes loading a moment later
     (a real start autoloads it); only the user's ✕ closes it."""
-    from app.settings_model import AppSettings
+    from app.core.settings_model import AppSettings
 
     _, settings_path = _home_paths(isolated_home)
     s = AppSettings()

@@ -6,8 +6,8 @@ import functools
 
 from PySide6.QtWidgets import QDialogButtonBox
 
+from app.core.settings_model import AppSettings, HardwareSettings
 from app.settings_dialog import SettingsDialog
-from app.settings_model import AppSettings, HardwareSettings
 
 
 def test_gui_decode_precision_choice_reloads_and_persists(qtbot, make_window, monkeypatch):

@@ -138,7 +138,7 @@ def test_gui_summary_budget_comes_from_the_context_not_max_new_tokens(qtbot, mak
     _wait_summary_end(qtbot, w)
     r = w.last_summary
     assert r is not None and not (w.banner.isVisible() and w.banner.property("kind") == "error")
-    from app.summarize import answer_budget
+    from app.core.summarize import answer_budget
 
     assert r.complete and r.chunks >= 3 and r.answer_tokens == answer_budget(ctx) == 64
 

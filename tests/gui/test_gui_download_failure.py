@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from app.model_fit import Hardware
+from app.core.model_fit import Hardware
 from runtime.hub.fetch import ModelFetcher
 from runtime.hub.paths import HubPaths
 from runtime.hub.settings import HubSettings
@@ -102,7 +102,7 @@ def test_gui_dropped_download_says_how_much_is_kept_and_retry_resumes(qtbot, mak
         page.start_button.click()
         qtbot.waitUntil(lambda: page.failure_label.isVisible(), timeout=60_000)
         text = page.failure_label.text()
-        assert text == "The download of Tiny Good failed: the connection to 127.0.0.1 dropped after 195 KiB; " \
+        assert text == "The download of Tiny Good failed: the connection to 127.0.0.1 dropped after 195.31 KiB; " \
                        "Retry resumes.", text
         assert page.retry_button.text() == "Retry (resumes)" and page.failure.kept_bytes == 200_000
         hub.files[(REPO, "good.gguf")].drop_times = 0

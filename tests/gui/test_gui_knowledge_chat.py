@@ -351,7 +351,7 @@ def test_gui_attach_menu_and_deleting_the_chat_forgets_its_attachments(qtbot, kb
 
 
 def test_gui_a_damaged_knowledge_database_never_stops_the_start(qtbot, kb_window, tmp_path):
-    from app.paths import data_dir
+    from app.core.paths import data_dir
 
     (data_dir() / "knowledge.sqlite3").write_bytes(b"not a database at all " * 50)
     w = kb_window(load=False)

@@ -120,7 +120,7 @@ def test_a_left_out_passage_says_why_in_the_interface_language_and_old_answers_k
 
 
 def test_indexing_problems_with_numbers_are_worded_from_the_code_and_the_stored_size(qapp):
-    from app.documents import MAX_DOCUMENT_BYTES, MAX_UNPACKED_BYTES
+    from app.core.documents import MAX_DOCUMENT_BYTES, MAX_UNPACKED_BYTES
     from app.knowledge_dialog import problem_text
 
     translator = MarkingTranslator({"DocumentErrors", "KnowledgeBasesDialog"})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QDialogButtonBox
 
+from app.core.settings_model import AppSettings, HardwareSettings
 from app.settings_dialog import SettingsDialog
-from app.settings_model import AppSettings, HardwareSettings
 
 
 def test_gui_kv_int8_choice_loads_int8_cache_and_persists(qtbot, make_window):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton, QToolButton
 
-from app.settings_model import AppSettings
+from app.core.settings_model import AppSettings
 
 
 def test_performance_panel_width_does_not_follow_the_numbers(make_window, qtbot):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings_model import AppSettings
+from app.core.settings_model import AppSettings
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from app.model_fit import FITS_CPU, FITS_GPU, NO_FIT, Hardware, fit, recommend
+from app.core.model_fit import FITS_CPU, FITS_GPU, NO_FIT, Hardware, fit, recommend
 from app.model_manager import ModelManagerDialog, partial_bytes
 from runtime.hub.catalog import Catalog, CatalogFile, CatalogModel, HubRepo
 from runtime.hub.fetch import ModelFetcher
@@ -68,7 +68,7 @@ def test_gui_model_manager_downloads_verifies_and_rejects_corrupt_file(qtbot, ma
         dlg.select_key(("tiny-good", "good.gguf"))
         progress = []
         dlg.download_button.click()
-        dlg.job.signals.progress.connect(lambda p: progress.append(p))
+        dlg.job.progress.connect(lambda p: progress.append(p))
         qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
         assert dlg.last_result is not None and not dlg.last_error
         assert "Downloaded and verified: good.gguf" in dlg.result_label.text()
@@ -138,7 +138,7 @@ def test_gui_convert_hf_folder_to_ternary_and_load_it(qtbot, make_window, tiny_m
     dlg.out_edit.setText(str(tmp_path / "tiny.ternary"))
     stages = []
     dlg.start_button.click()
-    dlg.job.signals.progress.connect(lambda stage, done, total, detail: stages.append(stage))
+    dlg.job.progress.connect(lambda p: stages.append(p[0]))
     qtbot.waitUntil(lambda: dlg.job is None, timeout=60_000)
     assert dlg.result is not None, dlg.error
     assert (tmp_path / "tiny.ternary").is_file() and dlg.progress.value() == 1000
@@ -217,7 +217,7 @@ def test_gui_delete_asks_what_happens_to_the_file_and_selects_nothing_after(qtbo
         seen.clear()
         _answer_delete(qtbot, dlg, "Delete file", seen)
         dlg.delete_button.click()
-        assert seen[0].startswith("Remove Tiny Good from the list and delete the file (2 MiB)?\n")
+        assert seen[0].startswith("Remove Tiny Good from the list and delete the file (1.91 MiB)?\n")
         assert str(item.path) in seen[0] and seen[1] == "Cancel|Delete file"
         assert not item.path.exists() and ModelStore().installed() == []
         assert dlg.selected_row() is None and not dlg.delete_button.isEnabled()
@@ -234,7 +234,8 @@ def test_gui_embedding_model_is_listed_downloadable_but_never_a_chat_model(qtbot
     cat = _catalog()
     cat.models.append(emb)
     small = Hardware(ram_total_bytes=2 * GIB, ram_available_bytes=GIB // 2)  # only the embedding model fits
-    assert recommend([emb], small) is not None  # app.model_fit alone would pick it: the dialog must not
+    assert fit(emb_file, small) == FITS_CPU  # it fits, yet the shared rule never suggests it for chat
+    assert recommend([emb], small) is None
     with FakeHub() as hub:
         hub.add(REPO, "emb.gguf", tiny_gguf(300_000, seed=7))
         dlg = _dialog(qtbot, w, hub, small)

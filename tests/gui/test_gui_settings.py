@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
-from app.main_window import model_key
+from app.core.settings_model import model_key
 from app.settings_dialog import SettingsDialog
 
 

@@ -11,9 +11,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication, QDialogButtonBox, QLabel
 
-from app.main_window import model_key
+from app.core.settings_model import AppSettings, SamplingSettings, model_key
 from app.settings_dialog import SettingsDialog
-from app.settings_model import AppSettings, SamplingSettings
 from app.theme import palette
 from tests.gui.conftest import settings_for
 

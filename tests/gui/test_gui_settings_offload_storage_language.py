@@ -8,8 +8,8 @@ import os
 
 from PySide6.QtWidgets import QDialogButtonBox
 
+from app.core.settings_model import AppSettings
 from app.settings_dialog import SettingsDialog
-from app.settings_model import AppSettings
 from runtime.devices import GPUInfo
 from runtime.hub.paths import HubPaths
 from runtime.hub.store import ModelStore

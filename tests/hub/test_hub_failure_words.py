@@ -60,7 +60,7 @@ def test_dropped_transfer_says_how_much_is_kept(hub: FakeHub, make_fetcher):
     exc = _fail(make_fetcher("hf"))
     f = explain_failure(exc)
     assert (f.kind, f.kept_bytes, f.resumable) == (e.DROPPED, 300_000, True)
-    assert _words(exc) == "the connection to 127.0.0.1 dropped after 293.0 KiB; Retry resumes."
+    assert _words(exc) == "the connection to 127.0.0.1 dropped after 292.97 KiB; Retry resumes."
 
 
 def test_http_refusals_and_server_trouble(hub: FakeHub, make_fetcher):

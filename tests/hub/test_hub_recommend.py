@@ -29,9 +29,9 @@ def test_small_gpu_gets_a_small_model(paths):
 
 
 def test_cpu_only_machine_gets_the_smallest_model_like_the_app(paths):
-    """CLI and app agree: on a CPU the smallest model that fits (app.model_fit.recommend does the same)."""
-    from app.model_fit import Hardware
-    from app.model_fit import recommend as app_recommend
+    """CLI and app agree: on a CPU the smallest model that fits (app.core.model_fit.recommend does the same)."""
+    from app.core.model_fit import Hardware
+    from app.core.model_fit import recommend as app_recommend
 
     rec = recommend_model(Catalog.load(paths), MachineMemory(None, 0, 64 * GiB))
     assert rec.device == "cpu" and rec.model.id == "bonsai-1.7b" and "no CUDA GPU" in rec.reason

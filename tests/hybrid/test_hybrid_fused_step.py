@@ -12,10 +12,11 @@ import torch
 from hybrid_helpers import build_tiny
 from test_hybrid_hadamard import rotated_pair
 
-import runtime.kernels.triton_linear  # noqa: F401  (registers the "triton" linear backend)
+import runtime.kernels.triton.backend  # noqa: F401  (registers the "triton" linear backend)
 from runtime.formats.codecs import codes_of, pack_t3, quantize_ternary
 from runtime.formats.model_data import T3, DenseTensor, ModelData, TernaryTensor
-from runtime.gpu_decode_qwen35 import fused_qwen35_step, gdn_decode
+from runtime.gpu_decode_qwen35 import fused_qwen35_step
+from runtime.kernels.triton.deltanet import gdn_decode
 from runtime.model import deltanet, qwen35
 from runtime.model.qwen35 import Qwen35Model
 from tests import model_factory as mf

@@ -139,10 +139,10 @@ def test_hybrid_gpu_fused_step_in_cuda_graph(dtype):
 
 
 def test_hybrid_fused_graph_same_tokens_with_and_without_pdl():
-    """Programmatic dependent launch (runtime/kernels/pdl.py) lets each kernel of the captured step
+    """Programmatic dependent launch (runtime/kernels/triton/pdl.py) lets each kernel of the captured step
     start during the previous one's tail; the DeltaNet, conv, attention and mat-vec kernels must all
     wait correctly, so the tokens (bf16, 24 steps) equal those of serial launches."""
-    from runtime.kernels import pdl
+    from runtime.kernels.triton import pdl
 
     _, data = build_tiny("gqa_2x", group=32)
     prompt = PROMPT[:12].cuda()

@@ -5,25 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
+from runtime import synthetic
 from runtime.formats import codecs
+from runtime.formats.arch import get_arch
 from runtime.formats.model_data import T2, T3, DenseTensor, TernaryTensor, t3_bytes_per_group
-from runtime.model import qwen35_synthetic
 from runtime.model.config import ModelConfig
 from runtime.model.qwen35 import Qwen35Model
-from runtime.model.qwen35_synthetic import (
-    qwen35_synthetic_model,
-    qwen35_synthetic_tensors,
-    qwen35_tensor_specs,
-    random_ternary_t2,
-    random_ternary_t3,
-)
-from runtime.synthetic import synthetic_config
+from runtime.model.qwen35_synthetic import qwen35_synthetic_model, qwen35_synthetic_tensors
+from runtime.synthetic import random_ternary_t2, random_ternary_t3, synthetic_config
 from tests import model_factory as mf
 
 
 def test_hybrid_27b_census_matches_released_file():
     """402 ternary / 96 BF16 / 353 F32 tensors and 26,869,760,000 ternary weights (Bonsai-2-27B PQ2_0)."""
-    specs = qwen35_tensor_specs(synthetic_config("bonsai-27b-ptq1"))
+    specs = get_arch("qwen35").tensor_list(synthetic_config("bonsai-27b-ptq1"))
     ternary = [s for s in specs if s.kind == "ternary"]
     assert len(ternary) == 402
     assert sum(s.shape[0] * s.shape[1] for s in ternary) == 26_869_760_000
@@ -85,10 +80,10 @@ def test_hybrid_t2_on_device_path_builds_a_runnable_model(monkeypatch):
         return random_ternary_t2(name, shape, seed, group_size, "cpu")
 
     with monkeypatch.context() as mp:
-        mp.setattr(qwen35_synthetic, "random_ternary_t2", t2_on_cpu)
-        mp.setattr(qwen35_synthetic, "random_ternary", None)  # the CPU draw must not be used
+        mp.setattr(synthetic, "random_ternary_t2", t2_on_cpu)
+        mp.setattr(synthetic, "random_ternary", None)  # the CPU draw must not be used
         tensors = dict(qwen35_synthetic_tensors(cfg, seed=3, encoding=T2, group_size=64, device="meta"))
-    specs = {s.name: s for s in qwen35_tensor_specs(cfg)}
+    specs = {s.name: s for s in get_arch("qwen35").tensor_list(cfg)}
     assert set(tensors) == set(specs)
     ternary = [n for n, s in specs.items() if s.kind == "ternary"]
     assert len(calls) == len(ternary) and set(calls) == {"meta"}
@@ -120,13 +115,12 @@ def test_hybrid_tiny_synthetic_models_run_in_both_packings():
 
 
 def test_hybrid_27b_specs_agree_with_format_registry():
-    """The synthetic tensor set is exactly what the format readers expect for a qwen35 model."""
-    from runtime.formats.arch import get_arch
-
-    cfg = synthetic_config("bonsai-27b")
+    """The synthetic generator yields exactly the ArchSpec's tensors, and the spec's ternary role
+    agrees with the storage rule the GGUF writer and readers use (``is_ternary``)."""
+    cfg = tiny_hybrid_config()
     spec = get_arch("qwen35")
     expected = spec.expected_shapes(cfg)
-    specs = {s.name: s for s in qwen35_tensor_specs(cfg)}
-    assert {n: tuple(s.shape) for n, s in specs.items()} == expected
-    assert {n for n, s in specs.items() if s.kind == "ternary"} == \
+    generated = dict(qwen35_synthetic_tensors(cfg, seed=1, group_size=64))
+    assert {n: tuple(t.shape) for n, t in generated.items()} == expected
+    assert {n for n, t in generated.items() if isinstance(t, TernaryTensor)} == \
         {n for n, shape in expected.items() if spec.is_ternary(n, shape)}

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from runtime.kernels.triton import deltanet as dtk
 from runtime.model import deltanet
-from runtime.model import deltanet_triton as dtk
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

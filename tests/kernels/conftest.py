@@ -12,12 +12,12 @@ import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-_MODULES = ["runtime.kernels.triton_linear", "runtime.kernels.triton_norm", "runtime.kernels.triton_rope",
-            "runtime.kernels.triton_attention", "runtime.kernels.triton_sampling",
-            "runtime.kernels.triton_gather"]
+# dependency order: each module is reloaded after the ones it imports from
+_MODULES = ["runtime.kernels.triton." + m for m in ("pdl", "launch", "tuning", "packing", "matvec", "gemm", "backend",
+                                                     "norm", "rope", "attention", "sampling", "gather", "deltanet")]
 
-_linear = sys.modules.get("runtime.kernels.triton_linear")
-if os.environ["TRITON_INTERPRET"] == "1" and _linear is not None and not _linear.INTERPRET:
-    for _name in _MODULES:  # triton_linear first: the others import from it
+_launch = sys.modules.get("runtime.kernels.triton.launch")
+if os.environ["TRITON_INTERPRET"] == "1" and _launch is not None and not _launch.INTERPRET:
+    for _name in _MODULES:
         if _name in sys.modules:
             importlib.reload(sys.modules[_name])

@@ -1,4 +1,4 @@
-"""The graph decoder's one-launch sampler (``triton_sampling.DecoderSampler``) against the decoder's own
+"""The graph decoder's one-launch sampler (``runtime.kernels.triton.sampling.DecoderSampler``) against the decoder's own
 eager torch ops, under the Triton interpreter: the same fp32 numbers and the same token, state included."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 from runtime.generation import GenerationSettings
 from runtime.gpu_decode import GraphDecoder
-from runtime.kernels.triton_sampling import DECODER_BLOCK, DecoderSampler
+from runtime.kernels.triton.sampling import DECODER_BLOCK, DecoderSampler
 
 V = 3 * DECODER_BLOCK + 77  # four programs, the last one partly masked
 

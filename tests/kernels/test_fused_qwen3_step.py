@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import runtime.kernels.triton_linear  # noqa: F401  (registers the "triton" linear backend)
+import runtime.kernels.triton.backend  # noqa: F401  (registers the "triton" linear backend)
 from runtime.gpu_decode import fused_qwen3_step
 from runtime.model import qwen3
 from runtime.model.qwen3 import Qwen3Model
@@ -42,8 +42,8 @@ def test_fused_step_with_the_merge_writing_o_proj_int8_input(tiny, monkeypatch) 
     """fp16 with int8 decode activations: the step whose attention merge writes the o_proj's int8 planes
     (TERNARY_ATTN_MERGE_Q8, the default) gives the same logits, bit for bit, as the step with the in-launch merge
     and a quantisation launch; it actually takes that path (a buffer is handed to the attention)."""
-    from runtime.kernels import triton_attention as ta
-    from runtime.kernels import triton_linear as tlin
+    from runtime.kernels.triton import attention as ta
+    from runtime.kernels.triton import matvec
 
     handed = []
     real = ta.decode_attention
@@ -54,9 +54,9 @@ def test_fused_step_with_the_merge_writing_o_proj_int8_input(tiny, monkeypatch) 
 
     monkeypatch.setattr(ta, "decode_attention", spy)
     # the interpreter's default mat-vec config is an exact kernel: take the persistent int8 one, as on the GPU
-    monkeypatch.setattr(tlin, "_gemv_config", lambda *a: ("q8p", 2, 0, 1, 2))
-    old = tlin.decode_activations()
-    tlin.set_decode_activations("int8")
+    monkeypatch.setattr(matvec, "_gemv_config", lambda *a: ("q8p", 2, 0, 1, 2))
+    old = matvec.decode_activations()
+    matvec.set_decode_activations("int8")
     try:
         logits = {}
         for flag in ("0", "1"):
@@ -68,7 +68,7 @@ def test_fused_step_with_the_merge_writing_o_proj_int8_input(tiny, monkeypatch) 
                 assert step is not None
                 logits[flag] = [step(torch.tensor([tok]), torch.tensor([i])) for i, tok in enumerate([7, 250, 3])]
     finally:
-        tlin.set_decode_activations(old)
+        matvec.set_decode_activations(old)
     assert handed == [False] * 3 + [True] * 3
     for a, b in zip(logits["0"], logits["1"], strict=True):
         assert torch.isfinite(a).all() and torch.equal(a, b)

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from runtime.kernels import reference_ops as ref
-from runtime.kernels.triton_attention import decode_attention
-from runtime.kernels.triton_norm import rmsnorm
-from runtime.kernels.triton_rope import qk_norm_rope_kv_write
-from runtime.kernels.triton_sampling import make_sampling_params, sample
+from runtime.kernels.triton.attention import decode_attention
+from runtime.kernels.triton.norm import rmsnorm
+from runtime.kernels.triton.rope import qk_norm_rope_kv_write
+from runtime.kernels.triton.sampling import make_sampling_params, sample
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -199,7 +199,7 @@ def test_kernels_decode_attention_merge_writes_o_proj_int8_planes(hq: int, hkv: 
     split, several, the live length as position + 1, and the gated (Qwen3.5) output."""
     import triton
 
-    from runtime.kernels import triton_linear as tlin
+    from runtime.kernels.triton import matvec, packing
     from tests.kernels.test_kernels_linear import make_weight
 
     length, kw = 37, hq * dim // 16
@@ -207,7 +207,7 @@ def test_kernels_decode_attention_merge_writes_o_proj_int8_planes(hq: int, hkv: 
     kc, vc = torch.randn(hkv, 64, dim, dtype=torch.float16), torch.randn(hkv, 64, dim, dtype=torch.float16)
     gate = torch.randn(hq, dim, dtype=torch.float16) if gated else None
     pos = torch.tensor([length - 1])
-    planes = torch.full((tlin.Q8_PLANES * kw,), -7, dtype=torch.int32)
+    planes = torch.full((packing.Q8_PLANES * kw,), -7, dtype=torch.int32)
     o = decode_attention(q, kc, vc, pos, 0.17, num_splits=splits, q8_out=planes, gate=gate, len_offset=1)
     inlaunch = decode_attention(q, kc, vc, pos, 0.17, num_splits=splits, gate=gate, len_offset=1)
     assert torch.equal(o, inlaunch)
@@ -217,13 +217,13 @@ def test_kernels_decode_attention_merge_writes_o_proj_int8_planes(hq: int, hkv: 
     assert rel(o.float(), e) < 2e-3
     expect = torch.empty_like(planes)
     x = o.reshape(1, -1)
-    tlin._quant_x_kernel[(1, triton.cdiv(kw, 16))](x, x.stride(0), x, expect, hq * dim, kw, 1e-6, 0.0, BLOCK_W=16,
+    packing._quant_x_kernel[(1, triton.cdiv(kw, 16))](x, x.stride(0), x, expect, hq * dim, kw, 1e-6, 0.0, BLOCK_W=16,
                                                     NORM=False, NORM_QWEN3=True, NORM_BLOCK=16, USE_GDC=False)
     assert torch.equal(planes, expect)
     codes, scales = make_weight(24, hq * dim, 64, "t2", seed=5)
     for cfg in [("q8p", 2, 0, 1, 2), ("q8", 4, 128, 1, 2)]:
-        plain = tlin.ternary_matvec(x, codes, scales, 64, config=cfg)
-        given = tlin.ternary_matvec(x, codes, scales, 64, config=cfg, x_int8=planes)
+        plain = matvec.ternary_matvec(x, codes, scales, 64, config=cfg)
+        given = matvec.ternary_matvec(x, codes, scales, 64, config=cfg, x_int8=planes)
         assert torch.equal(plain, given)
     with pytest.raises(ValueError, match="q8_out"):
         decode_attention(q, kc, vc, pos, 0.17, q8_out=planes[:10], len_offset=1)

@@ -1,4 +1,5 @@
-"""The GPU-side embedding gather (used on pinned host tables) equals the model's own embedding."""
+"""The embedding lookup (``runtime.kernels.ternary_embedding``) equals the dequantized table, and the GPU-side
+gather used on pinned host tables equals the lookup."""
 
 from __future__ import annotations
 
@@ -6,10 +7,21 @@ import pytest
 import torch
 
 from runtime.formats.model_data import T2, T3
-from runtime.kernels.triton_gather import gather_rows
-from runtime.model.qwen3 import DenseEmbedding, TernaryEmbedding
+from runtime.kernels import reference_ops as ref
+from runtime.kernels.ternary_embedding import DenseEmbedding, TernaryEmbedding
+from runtime.kernels.triton.gather import gather_rows
 from runtime.offload import MappedHostEmbedding
 from runtime.synthetic import random_ternary
+
+
+@pytest.mark.parametrize("encoding,group", [(T2, 64), (T3, 128), (T3, 64)])
+def test_ternary_embedding_rows_are_rows_of_the_dequantized_table(encoding, group):
+    t = random_ternary("emb", (23, 2 * group + 64 if encoding == T2 else 3 * group), seed=4, group_size=group,
+                       encoding=encoding)
+    ids = torch.tensor([22, 0, 7, 7])
+    table = ref.ternary_weight(t.codes, t.scales, group, encoding)
+    got = TernaryEmbedding(t, torch.device("cpu"))(ids, torch.float32)
+    assert torch.equal(got, table[ids].float())
 
 
 @pytest.mark.parametrize("encoding,group", [(T2, 64), (T2, 128), (T3, 128), (T3, 64)])

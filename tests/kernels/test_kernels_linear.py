@@ -9,7 +9,7 @@ from runtime.formats.codecs import pack_t2, pack_t3
 from runtime.formats.model_data import TernaryTensor
 from runtime.kernels import linear
 from runtime.kernels import reference_ops as ref
-from runtime.kernels import triton_linear as tlin
+from runtime.kernels.triton import backend, gemm, matvec
 
 
 def make_weight(n: int, k: int, g: int, enc: str, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,7 +39,7 @@ def test_kernels_matvec_matches_reference(enc: str, g: int, cfg: tuple | None) -
     codes, scales = make_weight(n, k, g, enc, seed=g)
     x = torch.randn(m, k)
     out = poisoned((m, n), torch.float32)
-    y = tlin.ternary_matvec(x, codes, scales, g, enc, out=out, config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, g, enc, out=out, config=cfg)
     assert y is out and not torch.isnan(y).any()
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g, enc)) < TOL[torch.float32]
 
@@ -54,14 +54,14 @@ def test_kernels_matvec_variants(m: int, cfg: tuple) -> None:
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=22)
     x = torch.randn(m, k)
     nw = torch.randn(k) * 0.1 + 1
-    y = tlin.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g)) < 1e-5
-    y = tlin.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
+    y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
     e = ref.ref_swiglu_matvec(x, codes, scales, up_codes, up_scales, g, norm_weight=nw)
     assert rel(y, e) < 1e-5
     resid = torch.randn(m, n)
     e = ref.ref_ternary_matmul(x, codes, scales, g, residual=resid)
-    tlin.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
+    matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
 
 
@@ -71,7 +71,7 @@ def test_kernels_matvec_residual_in_place(dtype: torch.dtype) -> None:
     x = torch.randn(1, 128).to(dtype)
     resid = torch.randn(1, 24).to(dtype)
     expect = ref.ref_ternary_matmul(x, codes, scales, 64, residual=resid)
-    y = tlin.ternary_matvec(x, codes, scales, 64, out=resid, residual=resid, config=(8, 64, 2, 4))
+    y = matvec.ternary_matvec(x, codes, scales, 64, out=resid, residual=resid, config=(8, 64, 2, 4))
     assert y is resid
     assert rel(resid, expect) < TOL[dtype]
 
@@ -83,7 +83,7 @@ def test_kernels_fused_rmsnorm_matvec(offset: float, enc: str) -> None:
     x = torch.randn(3, 256) * 4
     nw = torch.randn(256) * 0.2 + (0.0 if offset else 1.0)
     for cfg in [None, (8, 64, 2, 4)]:
-        y = tlin.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 64, enc, weight_offset=offset, config=cfg)
+        y = matvec.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 64, enc, weight_offset=offset, config=cfg)
         e = ref.ref_fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, 64, enc, weight_offset=offset)
         assert rel(y, e) < 1e-5
 
@@ -98,10 +98,10 @@ def test_kernels_swiglu_matvec(fused: bool, dtype: torch.dtype) -> None:
     expect = ref.ref_swiglu_matvec(x, g_codes, g_scales, u_codes, u_scales, 64, norm_weight=nw)
     for cfg in [(16, 64, 1, 4), (8, 64, 2, 4)]:
         if fused:
-            y = tlin.swiglu_matvec(x, torch.cat([g_codes, u_codes]), torch.cat([g_scales, u_scales]), 64,
+            y = matvec.swiglu_matvec(x, torch.cat([g_codes, u_codes]), torch.cat([g_scales, u_scales]), 64,
                                    norm_weight=nw, config=cfg)
         else:
-            y = tlin.swiglu_matvec(x, g_codes, g_scales, 64, up_codes=u_codes, up_scales=u_scales,
+            y = matvec.swiglu_matvec(x, g_codes, g_scales, 64, up_codes=u_codes, up_scales=u_scales,
                                    norm_weight=nw, config=cfg)
         assert y.shape == (2, 40) and y.dtype == dtype
         assert rel(y, expect) < TOL[dtype] * 2
@@ -113,7 +113,7 @@ def test_kernels_prefill_paths(enc: str, path: str) -> None:
     codes, scales = make_weight(33, 256, 128, enc, seed=11)
     x = torch.randn(2, 10, 256)
     resid = torch.randn(2, 10, 33)
-    y = tlin.ternary_matmul(x, codes, scales, 128, enc, residual=resid, prefill_path=path)
+    y = gemm.ternary_matmul(x, codes, scales, 128, enc, residual=resid, prefill_path=path)
     assert y.shape == (2, 10, 33)
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, 128, enc, residual=resid)) < 1e-5
 
@@ -122,7 +122,7 @@ def test_kernels_prefill_paths(enc: str, path: str) -> None:
 def test_kernels_dequantize_exact(enc: str) -> None:
     codes, scales = make_weight(19, 192, 64, enc, seed=13)
     out = poisoned((19, 192), torch.float32)
-    w = tlin.ternary_dequantize(codes, scales, 64, enc, out=out)
+    w = gemm.ternary_dequantize(codes, scales, 64, enc, out=out)
     assert torch.equal(w, ref.ternary_weight(codes, scales, 64, enc))
 
 
@@ -130,7 +130,7 @@ def test_kernels_triton_backend_registered() -> None:
     codes, scales = make_weight(16, 128, 64, "t2", seed=17)
     t = TernaryTensor((16, 128), 64, codes, scales)
     lw = linear.prepare_linear(t, "cpu", backend="triton")
-    assert isinstance(lw, tlin.TritonLinear)
+    assert isinstance(lw, backend.TritonLinear)
     assert lw.codes.data_ptr() != 0 and lw.codes.dtype == torch.uint8  # packed bytes kept as given
     x = torch.randn(3, 128)
     assert rel(lw(x), ref.ref_ternary_matmul(x, codes, scales, 64)) < 1e-5
@@ -139,17 +139,17 @@ def test_kernels_triton_backend_registered() -> None:
 def test_kernels_bad_inputs_raise() -> None:
     codes, scales = make_weight(16, 128, 64, "t2")
     with pytest.raises(ValueError, match="features"):
-        tlin.ternary_matvec(torch.randn(1, 64), codes, scales, 64)
+        matvec.ternary_matvec(torch.randn(1, 64), codes, scales, 64)
     with pytest.raises(ValueError, match="t2 codes"):
-        tlin.ternary_matvec(torch.randn(1, 128), codes[:, :-1].contiguous(), scales, 64)
+        matvec.ternary_matvec(torch.randn(1, 128), codes[:, :-1].contiguous(), scales, 64)
     with pytest.raises(ValueError, match="even number of rows"):
-        tlin.swiglu_matvec(torch.randn(1, 128), codes[:15], scales[:15], 64)
+        matvec.swiglu_matvec(torch.randn(1, 128), codes[:15], scales[:15], 64)
 
 
 @pytest.mark.parametrize("cfg", [("q8", 16, 64, 1, 4), ("q8", 8, 128, 2, 4), ("q8", 4, 256, 3, 4),
                                  ("q8c", 16, 64, 1, 4), ("q8c", 8, 128, 2, 4), ("q8c", 4, 256, 3, 4),
                                  ("q8p", 4, 64, 1, 4), ("q8p", 2, 512, 3, 2), ("q8p", 16, 128, 1, 4),
-                                 ("q8p", 2, 256, 3, 4), ("q8p", 4, 0, 1, 4), ("q8px", 4, 0, 3, 4)])
+                                 ("q8p", 2, 256, 3, 4), ("q8p", 4, 0, 1, 4)])
 @pytest.mark.parametrize("g", [64, 128])
 def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     """W2A8 mat-vec (dp4a emulated in the interpreter) == the fp32 reference on int8-rounded x,
@@ -157,7 +157,7 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     q8c (4-word chunks): K = 24 words is 6 chunks, uneven against 1, 2 and 4 chunks per tile.
     q8p (persistent; 3 "SMs" under the interpreter): 3 or 9 programs walking 2-12 row tiles, some programs
     with one tile more than others, a whole masked row per step (512), 2-6 word blocks per tile, or a whole
-    row as 16 + 8 words (BLOCK_K 0); q8px quantises x (and normalises it) inside the mat-vec."""
+    row as 16 + 8 words (BLOCK_K 0)."""
     n, k, m = 24, 384, 2  # K = 24 words: uneven against every BLOCK_K above
     codes, scales = make_weight(n, k, g, "t2", seed=31)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=32)
@@ -165,22 +165,22 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     x[0, :32] = 0.0  # an all-zero word pair: activation scale 0, no division by zero
     x[1, 48:64] = 0.0  # a zero word beside a non-zero one in the same scale pair
     xq = ref.ref_int8_activations(x)
-    y = tlin.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
     assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
     exact = ref.ref_ternary_matmul(x, codes, scales, g)
     assert 1e-4 < rel(y, exact) < 2e-2  # int8 rounding is visible but small
     nw = torch.randn(k) * 0.1 + 1
-    y = tlin.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
+    y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
     hq = ref.ref_int8_activations(ref.ref_rmsnorm(x, nw, 1e-6))
     e = ref.ref_swiglu_matvec(hq, codes, scales, up_codes, up_scales, g)
     assert rel(y, e) < 1e-5
     resid = torch.randn(m, n)
     e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
-    tlin.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
+    matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
 
 
-@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8p", 2, 0, 3, 1), ("q8px", 2, 0, 1, 2)])
+@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8p", 2, 0, 3, 1)])
 def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     """K = 22 words (G = 32, two words per scale group): a whole row per step is 16 words plus a tail block
     of 8 whose last word pair is masked; plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over
@@ -190,15 +190,15 @@ def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=42)
     x = torch.randn(m, k)
     xq = ref.ref_int8_activations(x)
-    y = tlin.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
     assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
     nw = torch.randn(k) * 0.1 + 1
-    y = tlin.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
+    y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
     hq = ref.ref_int8_activations(ref.ref_rmsnorm(x, nw, 1e-6))
     assert rel(y, ref.ref_swiglu_matvec(hq, codes, scales, up_codes, up_scales, g)) < 1e-5
     resid = torch.randn(m, n)
     e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
-    tlin.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
+    matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
 
 
@@ -208,20 +208,20 @@ def test_kernels_int8_matvec_needs_groups_of_32() -> None:
     n, k, g = 8, 64, 16
     codes, scales = make_weight(n, k, g, "t2", seed=5)
     x = torch.randn(1, k, dtype=torch.float16)
-    for cfg in [("q8", 8, 64, 1, 4), ("q8p", 2, 0, 1, 2), ("q8px", 2, 0, 1, 2)]:
+    for cfg in [("q8", 8, 64, 1, 4), ("q8p", 2, 0, 1, 2)]:
         with pytest.raises(ValueError, match="at least 32"):
-            tlin.ternary_matvec(x, codes, scales, g, config=cfg)
-    y = tlin.ternary_matvec(x, codes, scales, g)
+            matvec.ternary_matvec(x, codes, scales, g, config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, g)
     assert rel(y.float(), ref.ref_ternary_matmul(x.float(), codes, scales, g)) < 2e-3
 
 
 def test_kernels_decode_activation_mode_switch() -> None:
-    assert tlin.decode_activations() in tlin.ACTIVATION_MODES
-    old = tlin.decode_activations()
+    assert matvec.decode_activations() in matvec.ACTIVATION_MODES
+    old = matvec.decode_activations()
     try:
-        tlin.set_decode_activations("exact")
-        assert tlin.decode_activations() == "exact"
+        matvec.set_decode_activations("exact")
+        assert matvec.decode_activations() == "exact"
         with pytest.raises(ValueError, match="decode activations"):
-            tlin.set_decode_activations("int4")
+            matvec.set_decode_activations("int4")
     finally:
-        tlin.set_decode_activations(old)
+        matvec.set_decode_activations(old)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime.kernels import triton_linear as tlin
+from runtime.kernels.triton import gemm, launch, matvec, tuning
 
 N, K, G = 256, 512, 128
 
@@ -35,14 +35,14 @@ class _Device:
         self.current = None
         self.times: dict[object, float] = {}
         self.room = room
-        monkeypatch.setattr(tlin, "_device_copies", self.device_copies)
-        monkeypatch.setattr(tlin, "_bench", self.bench)
-        monkeypatch.setattr(tlin, "_remember", self.remembered.__setitem__)
+        monkeypatch.setattr(tuning, "_device_copies", self.device_copies)
+        monkeypatch.setattr(tuning, "_bench", self.bench)
+        monkeypatch.setattr(tuning, "_remember", self.remembered.__setitem__)
         monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing)
         # _gemv_launch(x2, nw, w, ..., cfg), _mm_launch(x2, codes, ..., cfg), _dequant_matmul(x2, codes, ...)
-        monkeypatch.setattr(tlin, "_gemv_launch", lambda *a, **_k: self.record(a[2], a[-1]))
-        monkeypatch.setattr(tlin, "_mm_launch", lambda *a, **_k: self.record(a[1], a[-1]))
-        monkeypatch.setattr(tlin, "_dequant_matmul", lambda *a, **_k: self.record(a[1], "dequant"))
+        monkeypatch.setattr(matvec, "_gemv_launch", lambda *a, **_k: self.record(a[2], a[-1]))
+        monkeypatch.setattr(gemm, "_mm_launch", lambda *a, **_k: self.record(a[1], a[-1]))
+        monkeypatch.setattr(gemm, "_dequant_matmul", lambda *a, **_k: self.record(a[1], "dequant"))
 
     def device_copies(self, _device, *tensors):
         if not self.room:
@@ -60,12 +60,18 @@ class _Device:
         return self.times.get(self.current, 1.0)
 
 
+def _interpret(monkeypatch, on: bool) -> None:
+    """Each kernel module keeps its own copy of the import-time ``INTERPRET``: switch them all."""
+    for mod in (launch, tuning, matvec, gemm):
+        monkeypatch.setattr(mod, "INTERPRET", on)
+
+
 @pytest.fixture
 def compiled_mode(monkeypatch):
     """As on a GPU (INTERPRET off), int8 decode activations (the default)."""
-    monkeypatch.setattr(tlin, "INTERPRET", False)
-    monkeypatch.setattr(tlin, "_decode_activations", "int8")
-    monkeypatch.setattr(tlin, "_tuned", {})
+    _interpret(monkeypatch, False)
+    monkeypatch.setattr(matvec, "_decode_activations", "int8")
+    monkeypatch.setattr(tuning, "_tuned", {})
 
 
 def _gemv_args():
@@ -82,21 +88,21 @@ def _prefill_args():
     return (x2, codes, scales, G, "t2", torch.empty(64, N, dtype=torch.bfloat16), None)
 
 
-GEMV_KEY = tlin._key("gemv", 1, N, K, G, "t2", False, False, False, torch.bfloat16) + "|a8"
-PREFILL_KEY = tlin._key("prefill", 64, N, K, G, "t2", torch.bfloat16)
+GEMV_KEY = tuning._key("gemv", 1, N, K, G, "t2", False, False, False, torch.bfloat16) + "|a8"
+PREFILL_KEY = tuning._key("prefill", 64, N, K, G, "t2", torch.bfloat16)
 
 
 def test_host_weights_count_as_mapped_only_outside_the_interpreter(compiled_mode, monkeypatch):
     w = torch.zeros(4, dtype=torch.uint8)
-    assert tlin.is_mapped(w)
-    monkeypatch.setattr(tlin, "INTERPRET", True)  # the interpreter runs every kernel on host tensors
-    assert not tlin.is_mapped(w)
+    assert launch.is_mapped(w)
+    _interpret(monkeypatch, True)  # the interpreter runs every kernel on host tensors
+    assert not launch.is_mapped(w)
 
 
 def test_mapped_gemv_is_timed_on_device_copies_and_remembered(compiled_mode, monkeypatch):
     dev = _Device(monkeypatch)
     args = _gemv_args()
-    first = tlin._gemv_config(*args)  # all candidates equally fast: the first wins
+    first = matvec._gemv_config(*args)  # all candidates equally fast: the first wins
     assert dev.timed and all(any(t is c for c in dev.copies) for t in dev.timed)  # never the mapped tensor
     assert not any(t is args[2] for t in dev.timed)
     assert dev.remembered == {GEMV_KEY: first}
@@ -105,33 +111,33 @@ def test_mapped_gemv_is_timed_on_device_copies_and_remembered(compiled_mode, mon
     assert last != first
     dev.times = {last: 0.5}
     dev.remembered.clear()
-    assert tlin._gemv_config(*args) == last and dev.remembered == {GEMV_KEY: last}
+    assert matvec._gemv_config(*args) == last and dev.remembered == {GEMV_KEY: last}
 
 
 def test_mapped_gemv_without_room_or_in_a_capture_takes_the_first_candidate_unremembered(compiled_mode, monkeypatch):
     dev = _Device(monkeypatch, room=False)
-    cfg = tlin._gemv_config(*_gemv_args())
+    cfg = matvec._gemv_config(*_gemv_args())
     assert cfg[0] == "q8"  # int8 decode activations on t2: the first candidates are the dp4a kernel's
     assert dev.timed == [] and dev.remembered == {}
-    monkeypatch.setattr(tlin, "_device_copies", _tripwire)
+    monkeypatch.setattr(tuning, "_device_copies", _tripwire)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert tlin._gemv_config(*_gemv_args()) == cfg and dev.remembered == {}
+    assert matvec._gemv_config(*_gemv_args()) == cfg and dev.remembered == {}
 
 
 def test_mapped_gemv_follows_a_tuned_config(compiled_mode, monkeypatch):
     _Device(monkeypatch)
-    monkeypatch.setattr(tlin, "_device_copies", _tripwire)
+    monkeypatch.setattr(tuning, "_device_copies", _tripwire)
     tuned = ("q8", 4, 512, 1, 4)
-    tlin._tuned[GEMV_KEY] = tuned
-    assert tlin._gemv_config(*_gemv_args()) == tuned  # what the resident matrix uses: same rounding
+    tuning._tuned[GEMV_KEY] = tuned
+    assert matvec._gemv_config(*_gemv_args()) == tuned  # what the resident matrix uses: same rounding
 
 
 def test_mapped_prefill_is_timed_on_device_copies_and_remembered(compiled_mode, monkeypatch):
     dev = _Device(monkeypatch)
     args = _prefill_args()
-    mm = tuple(tlin._MM_CANDIDATES[1])
+    mm = tuple(tuning._MM_CANDIDATES[1])
     dev.times = {mm: 0.25}  # one Triton GEMM config beats dequantize + cuBLAS and the other configs
-    assert tlin._prefill_choice(*args) == ("mm", mm)
+    assert gemm._prefill_choice(*args) == ("mm", mm)
     assert dev.timed and all(any(t is c for c in dev.copies) for t in dev.timed)
     assert not any(t is args[1] for t in dev.timed)
     assert dev.remembered == {PREFILL_KEY: ("mm", list(mm))}
@@ -139,10 +145,10 @@ def test_mapped_prefill_is_timed_on_device_copies_and_remembered(compiled_mode, 
 
 def test_mapped_prefill_without_room_or_in_a_capture_dequantizes_unremembered(compiled_mode, monkeypatch):
     dev = _Device(monkeypatch, room=False)
-    assert tlin._prefill_choice(*_prefill_args()) == ("dequant", None)
+    assert gemm._prefill_choice(*_prefill_args()) == ("dequant", None)
     assert dev.timed == [] and dev.remembered == {}
-    monkeypatch.setattr(tlin, "_device_copies", _tripwire)
+    monkeypatch.setattr(tuning, "_device_copies", _tripwire)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
-    assert tlin._prefill_choice(*_prefill_args()) == ("dequant", None) and dev.remembered == {}
-    tlin._tuned[PREFILL_KEY] = ("mm", [64, 64, 4])  # a tuned entry is followed, capture or not
-    assert tlin._prefill_choice(*_prefill_args()) == ("mm", (64, 64, 4))
+    assert gemm._prefill_choice(*_prefill_args()) == ("dequant", None) and dev.remembered == {}
+    tuning._tuned[PREFILL_KEY] = ("mm", [64, 64, 4])  # a tuned entry is followed, capture or not
+    assert gemm._prefill_choice(*_prefill_args()) == ("mm", (64, 64, 4))

@@ -1,30 +1,24 @@
-"""Programmatic dependent launch bookkeeping (runtime/kernels/pdl.py), checked without a GPU: it is off
+"""Programmatic dependent launch bookkeeping (runtime/kernels/triton/pdl.py), checked without a GPU: it is off
 where it cannot work, and every kernel that can be launched with it keeps the contract (wait before
 any store or atomic; only loads allowed before the wait)."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 import textwrap
 
 import pytest
 import torch
 
-from runtime import gpu_decode_qwen35
-from runtime.kernels import (
-    pdl,
-    triton_attention,
-    triton_gather,
-    triton_linear,
-    triton_norm,
-    triton_rope,
-    triton_sampling,
-)
-from runtime.model import deltanet_triton
+import runtime.kernels.triton as triton_kernels
+from runtime.kernels.triton import pdl
 
-MODULES = [triton_linear, triton_norm, triton_rope, triton_attention, triton_gather, triton_sampling, deltanet_triton,
-           gpu_decode_qwen35]
+# every module of the Triton kernel package: a new kernel module is checked without being listed here
+MODULES = [importlib.import_module(f"{triton_kernels.__name__}.{m.name}")
+           for m in pkgutil.iter_modules(triton_kernels.__path__)]
 
 
 def test_off_on_cpu_and_when_disabled(monkeypatch):

@@ -7,9 +7,9 @@ import torch
 
 from runtime.formats.codecs import pack_t3
 from runtime.kernels import reference_ops as ref
-from runtime.kernels import triton_linear as tlin
+from runtime.kernels.triton import matvec, packing, tuning
 
-CFGS = [tlin._INTERPRET_Q3, ("q3", 8, 32, 1, 4)]  # split-K 2 over 16-word blocks; one block per row
+CFGS = [tuning._INTERPRET_Q3, ("q3", 8, 32, 1, 4)]  # split-K 2 over 16-word blocks; one block per row
 
 
 def GEN() -> torch.Generator:  # noqa: N802
@@ -35,9 +35,9 @@ def test_t3_prescale_and_digits_exhaustive() -> None:
     its 16-bit lane never carries, and 'times 3, carry byte' yields the 5 trits most-significant first,
     for every byte; then the lane-packed version as the kernel runs it, for every pair of bytes."""
     for b in range(243):
-        t = b * tlin.T3_PRESCALE_MUL + tlin.T3_PRESCALE_ADD
+        t = b * packing.T3_PRESCALE_MUL + packing.T3_PRESCALE_ADD
         assert t < 1 << 16
-        r = t >> tlin.T3_PRESCALE_SHIFT
+        r = t >> packing.T3_PRESCALE_SHIFT
         assert r < 16  # fits the 0x000F000F mask, which excludes the other lane's bits (shift 10 > 4)
         q = b + r
         assert 0 <= q - -(-256 * b // 243) <= 1 and q < 256
@@ -60,9 +60,9 @@ def test_t3_prescale_and_digits_exhaustive() -> None:
 
 
 def test_t3_q3_layout_check() -> None:
-    assert tlin._q3_ok(256, 128) and tlin._q3_ok(512, 128) and tlin._q3_ok(5120, 128)
-    assert not tlin._q3_ok(256, 64)  # 13 bytes per group: byte pairs would straddle groups
-    assert not tlin._q3_ok(128, 128)  # 26 bytes per row: not whole int32 words
+    assert matvec._q3_ok(256, 128) and matvec._q3_ok(512, 128) and matvec._q3_ok(5120, 128)
+    assert not matvec._q3_ok(256, 64)  # 13 bytes per group: byte pairs would straddle groups
+    assert not matvec._q3_ok(128, 128)  # 26 bytes per row: not whole int32 words
 
 
 @pytest.mark.parametrize("cfg,k,m", [(CFGS[0], 256, 1), (CFGS[0], 512, 3), (CFGS[1], 512, 3),
@@ -74,7 +74,7 @@ def test_t3_q3_matvec(cfg: tuple, k: int, m: int) -> None:
     x[0, :20] = 0.0  # an all-zero word: scale 0, no division by zero
     xq = ref.ref_q3_activations(x, g)
     out = torch.full((m, n), float("nan"))
-    y = tlin.ternary_matvec(x, codes, scales, g, "t3", out=out, config=cfg)
+    y = matvec.ternary_matvec(x, codes, scales, g, "t3", out=out, config=cfg)
     assert y is out and not torch.isnan(y).any()
     assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g, "t3")) < 1e-5
     exact = ref.ref_ternary_matmul(x, codes, scales, g, "t3")
@@ -82,7 +82,7 @@ def test_t3_q3_matvec(cfg: tuple, k: int, m: int) -> None:
     # residual, in place
     resid = torch.randn(m, n, generator=GEN())
     e = ref.ref_ternary_matmul(xq, codes, scales, g, "t3", residual=resid)
-    tlin.ternary_matvec(x, codes, scales, g, "t3", out=resid, residual=resid, config=cfg)
+    matvec.ternary_matvec(x, codes, scales, g, "t3", out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
 
 
@@ -93,7 +93,7 @@ def test_t3_q3_fused_rmsnorm(cfg: tuple, offset: float) -> None:
     codes, scales = make_t3(n, k, g, seed=5)
     x = torch.randn(m, k, generator=GEN())
     nw = torch.randn(k, generator=GEN()) * 0.1 + (0.0 if offset else 1.0)
-    y = tlin.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, g, "t3", weight_offset=offset, config=cfg)
+    y = matvec.fused_rmsnorm_matvec(x, nw, 1e-6, codes, scales, g, "t3", weight_offset=offset, config=cfg)
     h = ref.ref_rmsnorm(x, nw, 1e-6, offset)
     assert rel(y, ref.ref_ternary_matmul(ref.ref_q3_activations(h, g), codes, scales, g, "t3")) < 1e-5
     assert rel(y, ref.ref_ternary_matmul(h, codes, scales, g, "t3")) < 3e-2
@@ -108,10 +108,10 @@ def test_t3_q3_swiglu(cfg: tuple, fused: bool) -> None:
     x = torch.randn(m, k, generator=GEN())
     nw = torch.randn(k, generator=GEN()) * 0.1 + 1
     if fused:
-        y = tlin.swiglu_matvec(x, torch.cat([codes, up_codes]), torch.cat([scales, up_scales]), g, "t3",
+        y = matvec.swiglu_matvec(x, torch.cat([codes, up_codes]), torch.cat([scales, up_scales]), g, "t3",
                                norm_weight=nw, config=cfg)
     else:
-        y = tlin.swiglu_matvec(x, codes, scales, g, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+        y = matvec.swiglu_matvec(x, codes, scales, g, "t3", up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
                                config=cfg)
     h = ref.ref_rmsnorm(x, nw, 1e-6)
     e = ref.ref_swiglu_matvec(ref.ref_q3_activations(h, g), codes, scales, up_codes, up_scales, g, "t3")
@@ -124,10 +124,10 @@ def test_t3_q3_falls_back_for_odd_group_bytes() -> None:
     g, n, k, m = 64, 21, 256, 3
     codes, scales = make_t3(n, k, g, seed=9)
     x = torch.randn(m, k, generator=GEN())
-    y = tlin.ternary_matvec(x, codes, scales, g, "t3", config=tlin._INTERPRET_Q3)
+    y = matvec.ternary_matvec(x, codes, scales, g, "t3", config=tuning._INTERPRET_Q3)
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g, "t3")) < 1e-5
     with pytest.raises(ValueError, match="t3 weights"):
         c2, s2 = make_t3(n, k, g)
         from runtime.formats.codecs import pack_t2
         t2 = pack_t2(torch.randint(0, 3, (n, k), dtype=torch.uint8))
-        tlin.ternary_matvec(x, t2, s2, g, "t2", config=tlin._INTERPRET_Q3)
+        matvec.ternary_matvec(x, t2, s2, g, "t2", config=tuning._INTERPRET_Q3)

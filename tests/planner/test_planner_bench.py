@@ -47,16 +47,3 @@ def test_run_bench_on_cpu_reports_everything(capsys):
     assert "skipped" in r["bf16"]
     text = format_result(r)
     assert "decode" in text and "no bf16 baseline" in text
-
-
-def test_device_shifts_embedding_matches_engine_gather():
-    from runtime.gpu_decode import DeviceTernaryGather, graph_safe_embedding
-    from runtime.model.qwen3 import TernaryEmbedding
-    from runtime.synthetic import random_ternary
-
-    e = TernaryEmbedding(random_ternary("emb", (300, 256), seed=1), torch.device("cpu"))
-    ids = torch.tensor([0, 5, 299, 5, 17])
-    for dtype in (torch.float32, torch.bfloat16):
-        g = graph_safe_embedding(e)
-        assert isinstance(g, DeviceTernaryGather)
-        assert torch.equal(e(ids, dtype), g(ids, dtype))

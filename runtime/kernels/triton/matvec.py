@@ -1,0 +1,1059 @@
+"""Decode mat-vecs (``x @ W^T`` for at most 8 rows of x) straight from the packed ternary layout.
+
+Why this shape of kernel (numbers in docs/kernels.md): at 2 bits a decode mat-vec moves only a few MB per
+matrix, so it is bound by bytes in flight and by the instructions spent decoding, not by FLOPs. Each program
+owns BLOCK_N output rows of one activation row and a 1/SPLIT_K slice of K; the fp16 group scale is applied
+once per 16-weight word partial sum. Split-K partials are reduced *in the same launch* by the last program to
+arrive at a per-tile counter (deterministic order, counters reset by that program), so epilogues (SiLU*mul,
+residual add) still fuse and a decode step stays one launch per matmul. Optional prologue: RMSNorm of x
+computed by every program (x is <= 20 KB, read from L2).
+
+Variants (the first field of a launch config; tables in :mod:`runtime.kernels.triton.tuning`): the plain
+fp32 kernel, ``xp``/``x3`` (x prepared by a tiny launch first), ``dot`` (tensor cores), and with int8 decode
+activations ``q8``/``q8c``/``q8p`` (t2 words through ``dp4a``, one activation scale per 32 values) and ``q3``
+(t3 words through ``dp2a`` on in-register base-3 digits).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from runtime import flags
+from runtime.formats.model_data import T2, T3, t3_bytes_per_group
+from runtime.kernels.triton import pdl, tuning
+from runtime.kernels.triton.launch import INTERPRET, _as_rows, _check, _sm_count, _splitk_buffers
+from runtime.kernels.triton.packing import (
+    _ACT_WORDS,
+    INT8_ACT_BLOCK,
+    Q8_PLANES,
+    _dp2a,
+    _dp4a,
+    _load_x,
+    _prep_x_kernel,
+    _quant_x3_kernel,
+    _quant_x_kernel,
+    _t3_partial,
+    _t3_prescale,
+    _words_in_row,
+    row_inv_rms,
+)
+from runtime.kernels.triton.pdl import gdc_wait
+from runtime.kernels.triton.tuning import (
+    _DOT_CANDIDATES,
+    _GEMV_CANDIDATES,
+    _INTERPRET_GEMV,
+    _Q3_CANDIDATES,
+    _Q8_CANDIDATES,
+    _Q8C_CANDIDATES,
+    _Q8P_CANDIDATES,
+    _QUICK_GEMV,
+    _QUICK_Q3,
+    _QUICK_Q8,
+    _X3_CANDIDATES,
+    _XP_CANDIDATES,
+    _key,
+)
+
+MATVEC_MAX_M = 8  # rows of x up to which the mat-vec kernel is used
+
+
+@triton.jit
+def _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
+                   DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    ydt = y_ptr.dtype.element_ty
+    out = acc
+    if DUAL:  # silu(gate) * up, each projection rounded to the model dtype first (as HF)
+        g = acc.to(ydt).to(tl.float32)
+        u = acc2.to(ydt).to(tl.float32)
+        out = g / (1.0 + tl.exp(-g)) * u
+    if RESIDUAL:
+        r = tl.load(r_ptr + pid_m * stride_rm + offs_n, mask=n_mask, other=0.0).to(tl.float32)
+        out = out.to(ydt).to(tl.float32) + r
+    tl.store(y_ptr + pid_m * stride_ym + offs_n, out.to(ydt), mask=n_mask)
+
+
+@triton.jit
+def _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+                 DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    """Write a mat-vec tile: directly, or (split-K) store this split's partial and let the last
+    program of the tile to arrive reduce all splits in fixed order, run the epilogue and reset the
+    counter — so a split-K mat-vec stays one launch and bitwise reproducible."""
+    if SPLIT_K == 1:
+        _gemv_epilogue(acc, acc2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+    else:
+        NP = 2 * N if DUAL else N
+        pbase = part_ptr + (pid_k * M + pid_m) * NP
+        tl.store(pbase + offs_n, acc, mask=n_mask)
+        if DUAL:
+            tl.store(pbase + N + offs_n, acc2, mask=n_mask)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        cidx = pid_m * tl.num_programs(0) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + cidx, 1)  # acq_rel, gpu scope
+        if arrived == SPLIT_K - 1:  # last program of this tile: reduce in fixed split order
+            tot = tl.zeros([BLOCK_N], tl.float32)
+            tot2 = tl.zeros([BLOCK_N], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                pb = part_ptr + (s * M + pid_m) * NP
+                tot += tl.load(pb + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    tot2 += tl.load(pb + N + offs_n, mask=n_mask, other=0.0, cache_modifier=".cg")
+            _gemv_epilogue(tot, tot2, offs_n, n_mask, pid_m, r_ptr, stride_rm, y_ptr, stride_ym,
+                           DUAL, RESIDUAL)
+            tl.atomic_xchg(cnt_ptr + cidx, 0)  # leave the counter ready for the next launch
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr, stride_xm, nw_ptr,
+    w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, K, KW, NG, eps, norm_offset, MAGIC,
+    G: tl.constexpr, T3: tl.constexpr, NBG: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
+    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
+    PREP: tl.constexpr = 0, EVEN_K: tl.constexpr = False,
+):
+    """PREP=1: x was rewritten by ``_prep_x_kernel`` as fp32 ``xp[j, w] = x[16 w + j]`` (normalised if
+    asked), so the value every bit position j needs is one contiguous vector load, no convert.
+    PREP=2: additionally ``xp[j, w]`` is pre-multiplied by ``4^-(j mod 11)`` and row 16 holds the
+    per-word sums of x; then a weight costs one LOP3 ((w & 3<<2j) | 2^23 bits), one FADD and one
+    FFMA: ``c * 4^j`` times ``x * 4^-j`` is exact, and ``-1`` is applied once per word via the sum.
+    KW = K/16 and NG = K/G are passed (not derived in-kernel) so Triton sees their divisibility
+    and vectorises the row loads."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    x_row = x_ptr + pid_m * stride_xm
+    inv_rms = 1.0
+    if NORM:
+        inv_rms = row_inv_rms(x_row, K, eps, BLOCK_K)
+
+    n_kb = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(n_kb, SPLIT_K)
+    kb0 = pid_k * per_split
+    kb1 = tl.minimum(kb0 + per_split, n_kb)
+    acc = tl.zeros([BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_N], tl.float32)
+    # t2: per-word partial sums stay in a 2-D accumulator (reduced once at the end) so the inner
+    # loop is shift/LOP/FADD/FFMA per weight with no cross-thread traffic.
+    acc2d = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+    kw_total = KW
+    n_groups = NG
+    for kb in range(kb0, kb1):
+        k0 = kb * BLOCK_K
+        if T3:
+            kk = k0 + tl.arange(0, BLOCK_K)
+            xf = _load_x(x_row, nw_ptr, kk, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+            acc += _t3_partial(w_ptr, s_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
+            if DUAL:
+                acc2 += _t3_partial(w2_ptr, s2_ptr, offs_n, n_mask, kk, xf, K, G, NBG)
+        else:
+            wk = k0 // 16 + tl.arange(0, BLOCK_K // 16)
+            wmask = n_mask[:, None] & _words_in_row(wk, kw_total, EVEN_K)[None, :]
+            widx = offs_n[:, None] * kw_total + wk[None, :]
+            t = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
+                words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
+                t2 = tl.zeros([BLOCK_N, BLOCK_K // 16], tl.float32)
+            if PREP == 2:
+                whi = words >> 22
+                if DUAL:
+                    whi2 = words2 >> 22
+                for j in tl.static_range(16):
+                    if EVEN_K:
+                        xj = tl.load(x_row + j * kw_total + wk)
+                    else:
+                        xj = tl.load(x_row + j * kw_total + wk, mask=wk < kw_total, other=0.0)
+                    # MAGIC (= 0x4B000000) arrives as an argument so it lives in a register and each
+                    # weight is one LOP3 with the bit mask as immediate (no per-weight constant MOV)
+                    if j < 11:
+                        cf = ((words & (3 << (2 * j))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                    else:
+                        cf = ((whi & (3 << (2 * (j - 11)))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                    t += cf * xj[None, :]
+                    if DUAL:
+                        if j < 11:
+                            cf2 = ((words2 & (3 << (2 * j))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                        else:
+                            cf2 = ((whi2 & (3 << (2 * (j - 11)))) | MAGIC).to(tl.float32, bitcast=True) - 8388608.0
+                        t2 += cf2 * xj[None, :]
+                if EVEN_K:
+                    xs = tl.load(x_row + 16 * kw_total + wk)
+                else:
+                    xs = tl.load(x_row + 16 * kw_total + wk, mask=wk < kw_total, other=0.0)
+                t -= xs[None, :]
+                if DUAL:
+                    t2 -= xs[None, :]
+            else:
+                for j in tl.static_range(16):
+                    if PREP:
+                        if EVEN_K:
+                            xj = tl.load(x_row + j * kw_total + wk)
+                        else:
+                            xj = tl.load(x_row + j * kw_total + wk, mask=wk < kw_total, other=0.0)
+                    else:
+                        xj = _load_x(x_row, nw_ptr, wk * 16 + j, K, inv_rms, norm_offset, NORM, NORM_QWEN3)
+                    cf = (((words >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c-1
+                    t += cf * xj[None, :]
+                    if DUAL:
+                        cf2 = (((words2 >> (2 * j)) & 3) | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
+                        t2 += cf2 * xj[None, :]
+            sidx = offs_n[:, None] * n_groups + (wk[None, :] * 16) // G
+            acc2d += t * tl.load(s_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
+            if DUAL:
+                acc2d2 += t2 * tl.load(s2_ptr + sidx, mask=wmask, other=0.0).to(tl.float32)
+    if not T3:
+        acc = tl.sum(acc2d, axis=1)
+        if DUAL:
+            acc2 = tl.sum(acc2d2, axis=1)
+
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _first_tile(ptr, ptr2, idx, mask, DUAL: tl.constexpr):
+    """A program's first tile of int32 weight words (of both matrices when DUAL), loaded before the PDL
+    wait: weights are never written during a step, so this may overlap the previous kernel's tail."""
+    first = tl.load(ptr + idx, mask=mask, other=0, eviction_policy="evict_first")
+    first2 = first
+    if DUAL:
+        first2 = tl.load(ptr2 + idx, mask=mask, other=0, eviction_policy="evict_first")
+    return first, first2
+
+
+@triton.jit
+def _next_tile(w_ptr, w2_ptr, widx, wmask, wb, wb0, first, first2, DUAL: tl.constexpr):
+    """This iteration's weight tile: the preloaded one on the first iteration (the load is masked
+    off then, so it moves no bytes), a fresh load afterwards."""
+    is_first = wb == wb0
+    m = wmask & (wb != wb0)
+    words = tl.where(is_first, first, tl.load(w_ptr + widx, mask=m, other=0, eviction_policy="evict_first"))
+    words2 = words
+    if DUAL:
+        words2 = tl.where(is_first, first2, tl.load(w2_ptr + widx, mask=m, other=0, eviction_policy="evict_first"))
+    return words, words2
+
+
+@triton.jit
+def _gemv_q8_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, KW, NG,
+    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    """Mat-vec on int8 activations (W2A8, as llama.cpp's MMVQ and BitNet's GPU kernel): per int32
+    weight word four in-place plane masks + ``dp4a``, per word pair (one activation scale) the exact
+    integer dot of 32 codes with 32 int8 activations and one float step (``_q8p_dot``) — ~1.2
+    instructions per weight on sm_90, loads and reduction included, instead of ~3.6 for the fp32 decode.
+    One program per (row tile, K split).
+    ``q_ptr`` holds ``_quant_x_kernel``'s rows; WPG = words per scale group (G / 16, at least 2).
+    With PDL (``USE_GDC``) the first weight tile is loaded before waiting for the kernel that wrote x."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    q_row = q_ptr + pid_m * 7 * KW
+    n_wb = tl.cdiv(KW, BLOCK_W)
+    per_split = tl.cdiv(n_wb, SPLIT_K)
+    wb0 = pid_k * per_split
+    wb1 = tl.minimum(wb0 + per_split, n_wb)
+    RUNS: tl.constexpr = BLOCK_W // min(4, WPG, BLOCK_W)  # scale runs per tile (_run_scales)
+    acc2d = tl.zeros([BLOCK_N, RUNS], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, RUNS], tl.float32)
+    n_groups = NG
+    kw_total = KW
+    if USE_GDC:
+        wk0 = wb0 * BLOCK_W + tl.arange(0, BLOCK_W)
+        m0 = n_mask[:, None] & ((wk0 < kw_total) & (wb0 < wb1))[None, :]
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n[:, None] * kw_total + wk0[None, :], m0, DUAL)
+    gdc_wait(USE_GDC)
+    for wb in range(wb0, wb1):
+        wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
+        km = _words_in_row(wk, kw_total, EVEN_K)
+        wmask = n_mask[:, None] & km[None, :]
+        widx = offs_n[:, None] * kw_total + wk[None, :]
+        if USE_GDC:
+            words, words2 = _next_tile(w_ptr, w2_ptr, widx, wmask, wb, wb0, first, first2, DUAL)
+        else:
+            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
+                words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, wb * BLOCK_W, kw_total, BLOCK_W, EVEN_K)
+        sc = _run_scales(s_ptr, offs_n, n_mask[:, None], wb * BLOCK_W, kw_total, n_groups, WPG, BLOCK_W, EVEN_K)
+        acc2d += _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
+        if DUAL:
+            sc2 = _run_scales(s2_ptr, offs_n, n_mask[:, None], wb * BLOCK_W, kw_total, n_groups, WPG, BLOCK_W, EVEN_K)
+            acc2d2 += _q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
+    acc = tl.sum(acc2d, axis=1)
+    acc2 = tl.sum(acc2d2, axis=1)
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _gemv_q8c_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, KW, NG,
+    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr, SPLIT_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    """``_gemv_q8_kernel`` with fewer instructions per weight word (the q8 mat-vec takes 1.3-2x a plain
+    read of its own tiles on the H200; this variant is 3-5 % faster for the 27B gate_up, equal elsewhere,
+    ``docs/kernels.md``): tiles are ``[BLOCK_N, BLOCK_C, 4]`` — chunks of 4 words
+    (16 bytes, one vector load; G >= 64 keeps a chunk inside one scale group) — so the group scale is
+    loaded and applied once per chunk, and the integer dot needs no convert: ``dp4a`` accumulates onto
+    the bits of 1.5 * 2^23, so the int32 result read as fp32 is ``1.5 * 2^23 + dot`` exactly
+    (|dot| < 2^22), and subtracting quantiser row 6 (``1.5 * 2^23 + sum q``, fp32) leaves
+    ``dot - sum q`` exactly. Per word: 4 extracts, 4 dp4a, one FADD, one FFMA."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    q_row = q_ptr + pid_m * 7 * KW
+    kc = KW // 4
+    n_cb = tl.cdiv(kc, BLOCK_C)
+    per_split = tl.cdiv(n_cb, SPLIT_K)
+    cb0 = pid_k * per_split
+    cb1 = tl.minimum(cb0 + per_split, n_cb)
+    lane = tl.arange(0, 4)[None, None, :]
+    acc2d = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
+    if USE_GDC:
+        c0 = cb0 * BLOCK_C + tl.arange(0, BLOCK_C)
+        m0 = n_mask[:, None, None] & ((c0 < kc) & (cb0 < cb1))[None, :, None]
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n[:, None, None] * KW + c0[None, :, None] * 4 + lane, m0, DUAL)
+    gdc_wait(USE_GDC)
+    for cb in range(cb0, cb1):
+        c = cb * BLOCK_C + tl.arange(0, BLOCK_C)
+        cm = _words_in_row(c, kc, EVEN_K)
+        wk = c[None, :, None] * 4 + lane  # [1, BLOCK_C, 4] word index
+        km = cm[None, :, None]
+        wmask = n_mask[:, None, None] & km
+        widx = offs_n[:, None, None] * KW + wk
+        if USE_GDC:
+            words, words2 = _next_tile(w_ptr, w2_ptr, widx, wmask, cb, cb0, first, first2, DUAL)
+        else:
+            words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            words2 = words
+            if DUAL:
+                words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        xs = tl.load(q_row + 4 * KW + wk, mask=km, other=0).to(tl.float32, bitcast=True)
+        xo = tl.load(q_row + 6 * KW + wk, mask=km, other=0x4B400000).to(tl.float32, bitcast=True)
+        dot = tl.full([BLOCK_N, BLOCK_C, 4], 0x4B400000, tl.int32)
+        dot2 = dot
+        for j in tl.static_range(4):
+            xq = tl.load(q_row + j * KW + wk, mask=km, other=0)
+            dot = _dp4a((words >> (2 * j)) & 0x03030303, xq, dot, USE_ASM)
+            if DUAL:
+                dot2 = _dp4a((words2 >> (2 * j)) & 0x03030303, xq, dot2, USE_ASM)
+        sidx = offs_n[:, None] * NG + (c * 4)[None, :] // WPG
+        smask = n_mask[:, None] & cm[None, :]
+        sc = tl.load(s_ptr + sidx, mask=smask, other=0.0).to(tl.float32)
+        acc2d += tl.sum((dot.to(tl.float32, bitcast=True) - xo) * xs, axis=2) * sc
+        if DUAL:
+            sc2 = tl.load(s2_ptr + sidx, mask=smask, other=0.0).to(tl.float32)
+            acc2d2 += tl.sum((dot2.to(tl.float32, bitcast=True) - xo) * xs, axis=2) * sc2
+    acc = tl.sum(acc2d, axis=1)
+    acc2 = tl.sum(acc2d2, axis=1)
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t, w0, live, N, KW, NG, WPG: tl.constexpr, BLOCK_N: tl.constexpr,
+              WIDTH: tl.constexpr, DUAL: tl.constexpr, EVEN: tl.constexpr):
+    """Weight words ``[w0, w0 + WIDTH)`` of row tile ``t`` and their group scales (both matrices when DUAL);
+    everything masked off when ``live`` is false (the prefetch past a program's last step)."""
+    offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+    wk = w0 + tl.arange(0, WIDTH)
+    rows = (offs_n < tl.where(live, N, 0))[:, None]
+    wmask = rows & _words_in_row(wk, KW, EVEN)[None, :]
+    widx = offs_n[:, None] * KW + wk[None, :]
+    words = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+    sc = _run_scales(s_ptr, offs_n, rows, w0, KW, NG, WPG, WIDTH, EVEN)
+    words2 = words
+    sc2 = sc
+    if DUAL:
+        words2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        sc2 = _run_scales(s2_ptr, offs_n, rows, w0, KW, NG, WPG, WIDTH, EVEN)
+    return words, sc, words2, sc2
+
+
+@triton.jit
+def _run_scales(s_ptr, offs_n, rows, w0, KW, NG, WPG: tl.constexpr, WIDTH: tl.constexpr, EVEN: tl.constexpr):
+    """The fp16 group scale of each run of ``min(4, WPG, WIDTH)`` consecutive words in ``[w0, w0 + WIDTH)``
+    of rows ``offs_n`` (masked by ``rows``), ``[BLOCK_N, WIDTH / run]``: a run shares one scale, so it is
+    loaded and applied once (a per-word gather cost ~40 extra instructions per 16 words of a thread on sm_90)."""
+    SUB: tl.constexpr = min(4, WPG, WIDTH)
+    wq = w0 + tl.arange(0, WIDTH // SUB) * SUB
+    sidx = offs_n[:, None] * NG + wq[None, :] // WPG
+    return tl.load(s_ptr + sidx, mask=rows & _words_in_row(wq, KW, EVEN)[None, :], other=0.0)
+
+
+@triton.jit
+def _x_pairs(scale, qsum, WIDTH: tl.constexpr):
+    """Per word pair (one activation scale): the scale / 64 and minus the pair's int8 sum, ``[1, WIDTH / 2]``
+    (what ``_q8p_dot`` needs), from the quantiser's per-word scales and sums ``[WIDTH]``."""
+    s_even, s_odd = tl.split(tl.reshape(scale, [WIDTH // 2, 2]))
+    q_even, q_odd = tl.split(tl.reshape(qsum, [WIDTH // 2, 2]))
+    return (s_even * 0.015625)[None, :], (0 - q_even - q_odd)[None, :]
+
+
+@triton.jit
+def _q8p_x(q_row, w0, KW, WIDTH: tl.constexpr, EVEN: tl.constexpr):
+    """Words ``[w0, w0 + WIDTH)`` of a quantised x row: the four packed int8 planes ``[1, WIDTH]`` and, per
+    word pair, the scale / 64 and minus the int8 sum (``_x_pairs``)."""
+    wk = w0 + tl.arange(0, WIDTH)
+    km = _words_in_row(wk, KW, EVEN)
+    x0 = tl.load(q_row + wk, mask=km, other=0)[None, :]
+    x1 = tl.load(q_row + KW + wk, mask=km, other=0)[None, :]
+    x2 = tl.load(q_row + 2 * KW + wk, mask=km, other=0)[None, :]
+    x3 = tl.load(q_row + 3 * KW + wk, mask=km, other=0)[None, :]
+    xs = tl.load(q_row + 4 * KW + wk, mask=km, other=0).to(tl.float32, bitcast=True)
+    xsum = tl.load(q_row + 5 * KW + wk, mask=km, other=0)
+    xs, xneg = _x_pairs(xs, xsum, WIDTH)
+    return x0, x1, x2, x3, xs, xneg
+
+
+@triton.jit
+def _pair_split(v):
+    """``[R, W]`` to its even and odd columns, ``[R, W / 2]`` each (a register move: a thread holds whole pairs)."""
+    return tl.split(tl.reshape(v, [v.shape[0], v.shape[1] // 2, 2]))
+
+
+@triton.jit
+def _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG: tl.constexpr, USE_ASM: tl.constexpr):
+    """fp32 partial products ``[BLOCK_N, WIDTH / run]`` (one per run of words sharing a scale,
+    ``_run_scales``) of one weight tile with int8 x.
+
+    Per word pair (one activation scale) the integer dot is exact: code plane j is masked *in place*
+    (``w & (0x03030303 << 2j)``: bytes 4^j c, no shift) and summed by its own ``dp4a`` chain over the pair,
+    then ``a3 + 4 a2 + 16 a1 + 64 a0 = 64 * sum (c - 1) q`` (a0 starts at minus the pair's x sum, as the
+    codes are t + 1). a3 starts at the bits of 1.5 * 2^23, so the result read as fp32 is 1.5 * 2^23 plus
+    the dot, exact for |dot| < 2^22 (here < 2^19): one FADD instead of a convert. Per word: 4 masks and
+    4 ``dp4a``; per pair: 3 shift-adds, one FADD, one FMUL (by scale / 64, exact)."""
+    BN: tl.constexpr = words.shape[0]
+    W: tl.constexpr = words.shape[1]
+    SUB: tl.constexpr = min(4, WPG, W)
+    we, wo = _pair_split(words)
+    x0e, x0o = _pair_split(x0)
+    x1e, x1o = _pair_split(x1)
+    x2e, x2o = _pair_split(x2)
+    x3e, x3o = _pair_split(x3)
+    zero = tl.zeros([BN, W // 2], tl.int32)
+    a0 = _dp4a(wo & 0x03030303, x0o, _dp4a(we & 0x03030303, x0e, zero + xneg, USE_ASM), USE_ASM)
+    a1 = _dp4a(wo & 0x0C0C0C0C, x1o, _dp4a(we & 0x0C0C0C0C, x1e, zero, USE_ASM), USE_ASM)
+    a2 = _dp4a(wo & 0x30303030, x2o, _dp4a(we & 0x30303030, x2e, zero, USE_ASM), USE_ASM)
+    top = -0x3F3F3F40  # 0xC0C0C0C0 as int32
+    a3 = _dp4a(wo & top, x3o, _dp4a(we & top, x3e, zero + 0x4B400000, USE_ASM, True), USE_ASM, True)
+    dot = a3 + 4 * a2 + 16 * a1 + 64 * a0
+    part = (dot.to(tl.float32, bitcast=True) - 12582912.0) * xs  # [BN, W / 2]
+    part = tl.sum(tl.reshape(part, [BN, W // SUB, SUB // 2]), axis=2)
+    return part * sc.to(tl.float32)
+
+
+@triton.jit
+def _gemv_q8p_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    M, N, KW, NG,
+    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, TAIL: tl.constexpr, ONE_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_T: tl.constexpr,
+    USE_ASM: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    """Persistent W2A8 mat-vec: a few programs per SM walk the row tiles (tile pid, pid + P, ...) and
+    load the *next* step's weight words and scales before computing the current one, so every
+    program keeps a tile in flight while it computes, reduces and stores — the one-tile-per-program
+    kernels (``_gemv_q8_kernel``) load, wait, compute and exit, and measured 1.3-2x a plain read of
+    their own tiles on the H200. A step is one (row tile, word block). With ``ONE_K`` a step is a whole
+    row — ``BLOCK_W`` words (masked past K unless ``EVEN_K``) plus, when ``TAIL`` > 0, a second block of
+    ``TAIL`` words after them (so K = 5120 is 256 + 64 words, not 512 with 192 idle lanes) — and the
+    quantised x is loaded once per program instead of once per step."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    pid_m = tl.program_id(1)
+    q_row = q_ptr + pid_m * 7 * KW
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    n_wb = tl.cdiv(KW, BLOCK_W)
+    if ONE_K:
+        n_wb = 1
+    total = tl.cdiv(n_tiles - pid, nprog) * n_wb
+    words, sc, words2, sc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, 0, total > 0, N, KW, NG, WPG,
+                                       BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+    if TAIL > 0:
+        tw, tsc, tw2, tsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, BLOCK_W, total > 0, N, KW, NG, WPG,
+                                       BLOCK_N, TAIL, DUAL, EVEN_T)
+    gdc_wait(USE_GDC)
+    if ONE_K:
+        x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, 0, KW, BLOCK_W, EVEN_K)
+        if TAIL > 0:
+            tx0, tx1, tx2, tx3, txs, txneg = _q8p_x(q_row, BLOCK_W, KW, TAIL, EVEN_T)
+    RUNS: tl.constexpr = BLOCK_W // min(4, WPG, BLOCK_W)  # scale runs per step (_run_scales)
+    acc2d = tl.zeros([BLOCK_N, RUNS], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, RUNS], tl.float32)
+    for i in range(total):
+        if ONE_K:
+            t = pid + i * nprog
+            wb = 0
+            t1 = t + nprog
+            wb1 = 0
+        else:
+            t = pid + (i // n_wb) * nprog
+            wb = i % n_wb
+            t1 = pid + ((i + 1) // n_wb) * nprog
+            wb1 = (i + 1) % n_wb
+        nwords, nsc, nwords2, nsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, wb1 * BLOCK_W, i + 1 < total, N,
+                                               KW, NG, WPG, BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+        if TAIL > 0:
+            ntw, ntsc, ntw2, ntsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, BLOCK_W, i + 1 < total, N, KW, NG,
+                                               WPG, BLOCK_N, TAIL, DUAL, EVEN_T)
+        if not ONE_K:
+            x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, wb * BLOCK_W, KW, BLOCK_W, EVEN_K)
+        part = _q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
+        part2 = part
+        if DUAL:
+            part2 = _q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM)
+        offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        if ONE_K:  # a whole row per step: reduce and store now, nothing carried to the next step
+            acc = tl.sum(part, axis=1)
+            acc2 = tl.sum(part2, axis=1)
+            if TAIL > 0:
+                acc += tl.sum(_q8p_dot(tw, tsc, tx0, tx1, tx2, tx3, txs, txneg, WPG, USE_ASM), axis=1)
+                if DUAL:
+                    acc2 += tl.sum(_q8p_dot(tw2, tsc2, tx0, tx1, tx2, tx3, txs, txneg, WPG, USE_ASM), axis=1)
+                tw, tsc, tw2, tsc2 = ntw, ntsc, ntw2, ntsc2
+            _gemv_epilogue(acc, acc2, offs_n, offs_n < N, pid_m, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+        else:
+            acc2d += part
+            acc2d2 += part2
+            if wb == n_wb - 1:
+                _gemv_epilogue(tl.sum(acc2d, axis=1), tl.sum(acc2d2, axis=1), offs_n, offs_n < N, pid_m,
+                               r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+                acc2d = tl.zeros([BLOCK_N, RUNS], tl.float32)
+                acc2d2 = tl.zeros([BLOCK_N, RUNS], tl.float32)
+        words = nwords
+        sc = nsc
+        words2 = nwords2
+        sc2 = nsc2
+
+
+@triton.jit
+def _gemv_q3_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, NG, KW3: tl.constexpr,
+    NBG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, SPLIT_K: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, USE_ASM: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    """Mat-vec of t3 (base-3, 5 trits per byte) weights on int8 activations, reading the stored
+    bytes as int32 words (4 bytes = 20 trit slots; NBG even, so bytes 0,1 and bytes 2,3 each lie in
+    one scale group). Per word: bytes 0,2 and 1,3 go to the 16-bit lanes of two registers, are
+    prescaled to q ~ ceil(256 b / 243) (TQ1_0's trick, here in-kernel), then 5 times
+    ``x3; carry bytes -> digit word; mask`` gives the digits of all 4 bytes at once, which two
+    ``dp2a`` (lo pair, hi pair) multiply with packed int16 activations: ~2.5 integer instructions
+    per weight, no per-weight loads or float converts. ``q_ptr``: ``_quant_x3_kernel``'s rows.
+    KW3 (words per row: 260, 312, 884 at 27B shapes, never a multiple of 16) is a constexpr so the
+    compiler sees the row starts' alignment (16 bytes there) and can vectorise word and x-plane loads."""
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    q_row = q_ptr + pid_m * 13 * KW3
+    n_wb = tl.cdiv(KW3, BLOCK_W)
+    per_split = tl.cdiv(n_wb, SPLIT_K)
+    wb0 = pid_k * per_split
+    wb1 = tl.minimum(wb0 + per_split, n_wb)
+    acc2d = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    acc2d2 = tl.zeros([BLOCK_N, BLOCK_W], tl.float32)
+    n_groups = NG
+    kw_total = KW3
+    if USE_GDC:
+        wk0 = wb0 * BLOCK_W + tl.arange(0, BLOCK_W)
+        m0 = n_mask[:, None] & ((wk0 < kw_total) & (wb0 < wb1))[None, :]
+        first, first2 = _first_tile(w_ptr, w2_ptr, offs_n[:, None] * kw_total + wk0[None, :], m0, DUAL)
+    gdc_wait(USE_GDC)
+    for wb in range(wb0, wb1):
+        wk = wb * BLOCK_W + tl.arange(0, BLOCK_W)
+        km = _words_in_row(wk, kw_total, EVEN_K)
+        wmask = n_mask[:, None] & km[None, :]
+        widx = offs_n[:, None] * kw_total + wk[None, :]
+        if USE_GDC:
+            wi, wi2 = _next_tile(w_ptr, w2_ptr, widx, wmask, wb, wb0, first, first2, DUAL)
+        else:
+            wi = tl.load(w_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+            if DUAL:
+                wi2 = tl.load(w2_ptr + widx, mask=wmask, other=0, eviction_policy="evict_first")
+        wu = wi.to(tl.uint32, bitcast=True)
+        lo = _t3_prescale(wu & 0x00FF00FF)
+        hi = _t3_prescale((wu >> 8) & 0x00FF00FF)
+        if DUAL:
+            wu2 = wi2.to(tl.uint32, bitcast=True)
+            lo2 = _t3_prescale(wu2 & 0x00FF00FF)
+            hi2 = _t3_prescale((wu2 >> 8) & 0x00FF00FF)
+        # the dots start at -sum(x) of their pair (codes are t + 1), which is dp2a's first addend
+        xsl = tl.load(q_row + 11 * kw_total + wk, mask=km, other=0)[None, :]
+        xsh = tl.load(q_row + 12 * kw_total + wk, mask=km, other=0)[None, :]
+        dl = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsl
+        dh = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsh
+        if DUAL:
+            dl2 = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsl
+            dh2 = tl.zeros([BLOCK_N, BLOCK_W], tl.int32) - xsh
+        for i in tl.static_range(5):
+            xl = tl.load(q_row + i * kw_total + wk, mask=km, other=0)[None, :]
+            xh = tl.load(q_row + (5 + i) * kw_total + wk, mask=km, other=0)[None, :]
+            lo = lo * 3
+            hi = hi * 3
+            d = (((lo >> 8) & 0x00FF00FF) | (hi & 0xFF00FF00)).to(tl.int32, bitcast=True)
+            lo = lo & 0x00FF00FF
+            hi = hi & 0x00FF00FF
+            dl = _dp2a(xl, d, dl, 0, USE_ASM)
+            dh = _dp2a(xh, d, dh, 1, USE_ASM)
+            if DUAL:
+                lo2 = lo2 * 3
+                hi2 = hi2 * 3
+                d2 = (((lo2 >> 8) & 0x00FF00FF) | (hi2 & 0xFF00FF00)).to(tl.int32, bitcast=True)
+                lo2 = lo2 & 0x00FF00FF
+                hi2 = hi2 & 0x00FF00FF
+                dl2 = _dp2a(xl, d2, dl2, 0, USE_ASM)
+                dh2 = _dp2a(xh, d2, dh2, 1, USE_ASM)
+        xs = tl.load(q_row + 10 * kw_total + wk, mask=km, other=0).to(tl.float32, bitcast=True)[None, :]
+        srow = offs_n[:, None] * n_groups
+        glo = ((4 * wk) // NBG)[None, :]
+        ghi = ((4 * wk + 2) // NBG)[None, :]
+        scl = tl.load(s_ptr + srow + glo, mask=wmask, other=0.0).to(tl.float32)
+        sch = tl.load(s_ptr + srow + ghi, mask=wmask, other=0.0).to(tl.float32)
+        acc2d += (dl.to(tl.float32) * scl + dh.to(tl.float32) * sch) * xs
+        if DUAL:
+            scl2 = tl.load(s2_ptr + srow + glo, mask=wmask, other=0.0).to(tl.float32)
+            sch2 = tl.load(s2_ptr + srow + ghi, mask=wmask, other=0.0).to(tl.float32)
+            acc2d2 += (dl2.to(tl.float32) * scl2 + dh2.to(tl.float32) * sch2) * xs
+    acc = tl.sum(acc2d, axis=1)
+    acc2 = tl.sum(acc2d2, axis=1)
+    _gemv_finish(acc, acc2, offs_n, n_mask, pid_m, pid_n, pid_k, M, N, part_ptr, cnt_ptr,
+                 r_ptr, stride_rm, y_ptr, stride_ym, BLOCK_N, SPLIT_K, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _gemv_dot_kernel(
+    x_ptr, stride_xm, nw_ptr,
+    w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, K, KW, NG, eps, norm_offset,
+    G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
+    IEEE: tl.constexpr,
+):
+    """Mat-vec on tensor cores: all (<= 16) activation rows x BLOCK_N weight rows per program,
+    one scale group per step: words -> shift/mask -> magic-float (c - 1) -> tl.dot."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    offs_g = tl.arange(0, G)
+    xdt = x_ptr.dtype.element_ty
+    inv_rms = tl.full([BLOCK_M], 1.0, tl.float32)
+    if NORM:
+        ss = tl.zeros([BLOCK_M, G], tl.float32)
+        for k0 in range(0, K, G):
+            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_g)[None, :], mask=m_mask[:, None],
+                         other=0.0).to(tl.float32)
+            ss += xv * xv
+        inv_rms = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
+    n_groups = NG
+    kw_total = KW
+    per_split = tl.cdiv(n_groups, SPLIT_K)
+    g0 = pid_k * per_split
+    g1 = tl.minimum(g0 + per_split, n_groups)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    sh = tl.arange(0, 16) * 2
+    wcol = tl.arange(0, G // 16)
+    for g in range(g0, g1):
+        kk = g * G + offs_g
+        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None], other=0.0)
+        if NORM:
+            h = xv.to(tl.float32) * inv_rms[:, None]
+            nwv = tl.load(nw_ptr + kk).to(tl.float32)[None, :]
+            if NORM_QWEN3:
+                xv = (h.to(xdt).to(tl.float32) * nwv).to(xdt)
+            else:
+                xv = (h * (nwv + norm_offset)).to(xdt)
+        widx = offs_n[:, None] * kw_total + (g * (G // 16) + wcol)[None, :]
+        words = tl.load(w_ptr + widx, mask=n_mask[:, None], other=0, eviction_policy="evict_first")
+        c = (words[:, :, None] >> sh[None, None, :]) & 3
+        wf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c - 1, exact
+        wt = tl.trans(tl.reshape(wf, [BLOCK_N, G])).to(xdt)
+        if IEEE:
+            part = tl.dot(xv, wt, input_precision="ieee")
+        else:
+            part = tl.dot(xv, wt)
+        sc = tl.load(s_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
+        acc += part * sc[None, :]
+        if DUAL:
+            words2 = tl.load(w2_ptr + widx, mask=n_mask[:, None], other=0, eviction_policy="evict_first")
+            c2 = (words2[:, :, None] >> sh[None, None, :]) & 3
+            wf2 = (c2 | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
+            wt2 = tl.trans(tl.reshape(wf2, [BLOCK_N, G])).to(xdt)
+            if IEEE:
+                part2 = tl.dot(xv, wt2, input_precision="ieee")
+            else:
+                part2 = tl.dot(xv, wt2)
+            sc2 = tl.load(s2_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
+            acc2 += part2 * sc2[None, :]
+
+    mask = m_mask[:, None] & n_mask[None, :]
+    ydt = y_ptr.dtype.element_ty
+    NP = 2 * N if DUAL else N
+    if SPLIT_K > 1:
+        pbase = part_ptr + pid_k * M * NP + offs_m[:, None] * NP + offs_n[None, :]
+        tl.store(pbase, acc, mask=mask)
+        if DUAL:
+            tl.store(pbase + N, acc2, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + pid_n, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                pb = part_ptr + s * M * NP + offs_m[:, None] * NP + offs_n[None, :]
+                acc += tl.load(pb, mask=mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    acc2 += tl.load(pb + N, mask=mask, other=0.0, cache_modifier=".cg")
+            out = acc
+            if DUAL:
+                gg = acc.to(ydt).to(tl.float32)
+                out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
+            if RESIDUAL:
+                rr = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
+                out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
+            tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(ydt), mask=mask)
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)
+    else:
+        out = acc
+        if DUAL:
+            gg = acc.to(ydt).to(tl.float32)
+            out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
+        if RESIDUAL:
+            rr = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
+            out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(ydt), mask=mask)
+
+
+ACTIVATION_MODES = ("int8", "exact")
+_decode_activations = flags.value("TERNARY_DECODE_ACTIVATIONS")
+if _decode_activations not in ACTIVATION_MODES:
+    _decode_activations = "int8"
+
+
+def set_decode_activations(mode: str) -> None:
+    """``"int8"``: decode mat-vecs quantise x to int8 (one scale per 32 values) and use ``dp4a`` —
+    what llama.cpp does for every quantised mat-vec, ~3x fewer instructions per weight (t3 weights:
+    one scale per 20 values and ``dp2a``, see ``_gemv_q3_kernel``); ``"exact"``:
+    x stays fp32 in the kernel (results equal the reference to fp32 rounding). Applies to bf16/fp16
+    activations in mat-vecs of <= 8 rows; fp32 activations and prefill GEMMs are always exact."""
+    global _decode_activations
+    if mode not in ACTIVATION_MODES:
+        raise ValueError(f"decode activations must be one of {', '.join(ACTIVATION_MODES)}, not {mode!r}")
+    _decode_activations = mode
+
+
+def decode_activations() -> str:
+    return _decode_activations
+
+
+def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg, qx=None):
+    kind, bn, bk, sk, warps = cfg
+    m = x2.shape[0]
+    kw = k // 16
+    gdc = pdl.launch_options(x2.device)
+    norm = dict(NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, NORM_BLOCK=min(4096, triton.next_power_of_2(k)))
+    if qx is not None and nw is None:  # x's producer wrote its int8 planes already (quant_x_planes)
+        if qx.dtype != torch.int32 or qx.numel() < m * Q8_PLANES * kw:
+            raise ValueError(f"pre-quantised x must be int32 [{m}, {Q8_PLANES} * K/16]")
+    else:
+        qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
+        qw = min(64, triton.next_power_of_2(kw))  # >= _ACT_WORDS (kw is): whole activation blocks
+        _quant_x_kernel[(m, triton.cdiv(kw, qw))](
+            x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
+            BLOCK_W=qw, num_warps=4, **norm, **gdc)
+    n_tiles = triton.cdiv(n, bn)
+    persistent = kind == "q8p"
+    part, cnt = _splitk_buffers(1 if persistent else sk, m, n, dual, m * n_tiles, y2)
+    wv = w.view(torch.int32)
+    args = (qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
+            r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+            part, cnt, m, n, kw, k // g)
+    common = dict(WPG=g // 16, BLOCK_N=bn, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
+                  USE_ASM=not INTERPRET, num_warps=warps, **gdc)
+    if kind == "q8c":  # chunks of 4 words (64 weights)
+        bc = max(1, bk // 64)
+        _gemv_q8c_kernel[(n_tiles, m, sk)](*args, BLOCK_C=bc, EVEN_K=(kw // 4) % bc == 0, **common)
+    elif persistent:  # the third field is programs per SM, not a K split
+        common.pop("SPLIT_K")
+        progs = min(n_tiles, _sm_count(x2.device) * sk)
+        whole = bk == 0
+        # whole rows: a power of two of words, then the rest rounded up to a power of two; else BLOCK_K blocks
+        bw = 1 << (kw.bit_length() - 1) if whole else max(_ACT_WORDS, bk // 16)
+        tail = triton.next_power_of_2(kw - bw) if whole and kw > bw else 0
+        _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=tail, ONE_K=whole or bw >= kw,
+                                     EVEN_K=whole or kw % bw == 0, EVEN_T=not tail or tail == kw - bw, **common)
+    else:
+        bw = max(_ACT_WORDS, bk // 16)
+        _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
+
+
+def _q3_ok(k: int, g: int) -> bool:
+    """t3 layouts the int8 dp2a mat-vec reads: an even number of bytes per group (each byte pair of an
+    int32 word in one scale group; G = 128 -> 26) and rows of whole int32 words."""
+    nbg = t3_bytes_per_group(g)
+    return nbg % 2 == 0 and ((k // g) * nbg) % 4 == 0
+
+
+def _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
+    _, bn, bw, sk, warps = cfg
+    m = x2.shape[0]
+    nbg = t3_bytes_per_group(g)
+    kw3 = (k // g) * nbg // 4
+    qx = torch.empty(m, 13 * kw3, dtype=torch.int32, device=x2.device)
+    gdc = pdl.launch_options(x2.device)
+    qw = min(64, triton.next_power_of_2(kw3))
+    _quant_x3_kernel[(m, triton.cdiv(kw3, qw))](
+        x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw3, float(eps), float(norm_offset),
+        G=g, NBG=nbg, BLOCK_W=qw, NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0,
+        NORM_BLOCK=min(4096, triton.next_power_of_2(k)), num_warps=4, **gdc)
+    n_tiles = triton.cdiv(n, bn)
+    part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
+    wv = w.view(torch.int32)
+    _gemv_q3_kernel[(n_tiles, m, sk)](
+        qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, k // g, KW3=kw3,
+        NBG=nbg, BLOCK_N=bn, BLOCK_W=bw, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
+        EVEN_K=kw3 % bw == 0, USE_ASM=not INTERPRET, num_warps=warps, **gdc,
+    )
+
+
+def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual, cfg, prep=0, qx=None):
+    if cfg[0] == "q3":
+        if encoding != T3:
+            raise ValueError("the q3 int8-activation mat-vec handles t3 weights")
+        if _q3_ok(k, g):
+            return _gemv_q3_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
+        # a layout it cannot read (odd bytes per group, e.g. G = 64): the exact t3 kernel
+        cfg = _INTERPRET_GEMV if INTERPRET else _GEMV_CANDIDATES[0]
+        cfg = (cfg[0], max(min(cfg[1], triton.next_power_of_2(k)), g), cfg[2], cfg[3])
+    if cfg[0] in ("q8", "q8c", "q8p"):
+        if encoding != T2:
+            raise ValueError("the int8-activation mat-vec handles t2 weights")
+        if cfg[0] == "q8c" and g < 64:
+            raise ValueError("the chunked int8-activation mat-vec needs scale groups of at least 64")
+        if g < INT8_ACT_BLOCK:
+            raise ValueError(f"the int8-activation mat-vec needs scale groups of at least {INT8_ACT_BLOCK} (one "
+                             f"activation scale per {INT8_ACT_BLOCK} values must lie inside one weight group)")
+        return _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg, qx=qx)
+    if cfg[0] in ("xp", "x3"):
+        if encoding != T2:
+            raise ValueError("the prepared-x mat-vec handles t2 weights")
+        m = x2.shape[0]
+        scaled = cfg[0] == "x3"
+        xp = torch.empty(m, k + k // 16 if scaled else k, dtype=torch.float32, device=x2.device)
+        _prep_x_kernel[(m,)](x2, x2.stride(0), nw if nw is not None else x2, xp, k, float(eps), float(norm_offset),
+                             BLOCK=min(4096, triton.next_power_of_2(k)), NORM=nw is not None,
+                             NORM_QWEN3=norm_offset == 0.0, SCALED=scaled, num_warps=4)
+        return _gemv_launch(xp, None, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual,
+                            tuple(cfg[1:]), prep=2 if scaled else 1)
+    if cfg[0] == "dot":
+        if encoding != T2 or x2.shape[0] > 16:
+            raise ValueError("the tensor-core mat-vec handles t2 weights and at most 16 rows")
+        return _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
+    bn, bk, sk, warps = cfg
+    m = x2.shape[0]
+    t3 = encoding == T3
+    wv = w if t3 else w.view(torch.int32)
+    w2v = (w2 if t3 else w2.view(torch.int32)) if dual else wv
+    n_tiles = triton.cdiv(n, bn)
+    part, cnt = _splitk_buffers(sk, m, n, dual, m * n_tiles, y2)
+    _gemv_kernel[(n_tiles, m, sk)](
+        x2, x2.stride(0), nw if nw is not None else x2,
+        wv, s, w2v, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, k, k // 16, k // g, float(eps), float(norm_offset), 0x4B000000,
+        G=g, T3=t3, NBG=t3_bytes_per_group(g) if t3 else 1,
+        BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=sk,
+        NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
+        PREP=prep, EVEN_K=k % bk == 0, num_warps=warps,
+    )
+
+
+def _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
+    _, bn, _, sk, warps = cfg
+    m = x2.shape[0]
+    wv = w.view(torch.int32)
+    w2v = w2.view(torch.int32) if dual else wv
+    n_tiles = triton.cdiv(n, bn)
+    part, cnt = _splitk_buffers(sk, m, n, dual, n_tiles, y2)
+    _gemv_dot_kernel[(n_tiles, sk)](
+        x2, x2.stride(0), nw if nw is not None else x2,
+        wv, s, w2v, s2 if dual else s,
+        r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0),
+        part, cnt, m, n, k, k // 16, k // g, float(eps), float(norm_offset),
+        G=g, BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=bn, SPLIT_K=sk,
+        NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
+        IEEE=x2.dtype == torch.float32, num_warps=warps,
+    )
+
+
+def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, dual) -> tuple:
+    if INTERPRET:
+        bn, bk, sk, w_ = _INTERPRET_GEMV
+        return (bn, max(min(bk, triton.next_power_of_2(k)), g if encoding == T3 else 16), sk, w_)
+    # fp32 activations mean "exact" (reference comparisons); 16-bit ones already round x to 8-9 bits
+    a8 = _decode_activations == "int8" and x2.dtype != torch.float32
+    int8 = a8 and encoding == T2 and g >= INT8_ACT_BLOCK  # an activation block lies inside one scale group
+    q3 = a8 and encoding == T3 and _q3_ok(k, g)
+    key = _key("gemv", x2.shape[0], n, k, g, encoding, nw is not None, dual, r2 is not None, x2.dtype)
+    key += "|a8" if int8 or q3 else ""
+    cfg = tuning._tuned.get(key)
+    if cfg is not None:
+        return cfg
+    m = x2.shape[0]
+    cands: list[tuple] = []
+
+    def fits(c: tuple) -> bool:
+        if c[0] == "q8p":  # at least one tile per program
+            return m * triton.cdiv(n, c[1]) >= 64
+        return c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64
+
+    if int8:
+        cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES if fits(c)]
+    if q3:
+        kw3 = (k // g) * t3_bytes_per_group(g) // 4
+        cands += [c for c in _Q3_CANDIDATES if c[3] <= triton.cdiv(kw3, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
+    if encoding == T2 and g >= 16:
+        # prepared-x variants only: the plain FMA kernel (x re-read and converted per weight word)
+        # measured 4x slower inside a real decode step than alone (docs/kernels.md, version 3)
+        cands += [c for c in _XP_CANDIDATES + _X3_CANDIDATES if fits(c)]
+        cands += [c for c in _DOT_CANDIDATES if c[3] <= k // g]
+    else:
+        for bn, bk, sk, warps in _GEMV_CANDIDATES:
+            n_kb = triton.cdiv(k, bk)
+            if sk > n_kb or m * triton.cdiv(n, bn) * sk < 64:
+                continue
+            cands.append((bn, bk, sk, warps))
+    if flags.value("TERNARY_KERNELS_TUNE") != "full":
+        cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8 or c in _QUICK_Q3] or cands
+    if not cands:
+        cands = [(16, 256, 1, 4)]
+    copies = tuning._tensors_to_time(x2.device, w, s, w2, s2)
+    if copies is None:  # the first candidate, not remembered (a resident twin of this shape still tunes)
+        return cands[0]
+    w, s, w2, s2 = copies
+    y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
+    best, best_t = cands[0], float("inf")
+    for cfg in cands:
+        def run(cfg=cfg):
+            _gemv_launch(x2, nw, w, s, w2, s2, r2, y, n, k, g, encoding, eps, norm_offset, dual, cfg)
+        try:
+            t = tuning._bench(run)
+        except Exception:  # a config the compiler rejects (e.g. out of resources) is skipped
+            continue
+        if t < best_t:
+            best, best_t = cfg, t
+    if best_t == float("inf"):  # nothing could be timed (e.g. no room for the L2-flush buffer): not remembered
+        return best
+    tuning._remember(key, best)
+    return best
+
+
+def _gemv(x, codes, scales, group_size, encoding, *, out=None, residual=None, norm_weight=None,
+          eps=1e-6, norm_offset=0.0, up_codes=None, up_scales=None, config=None, x_int8=None) -> torch.Tensor:
+    dual = up_codes is not None
+    n, k = _check(x, codes, scales, group_size, encoding)
+    if dual:
+        _check(x, up_codes, up_scales, group_size, encoding)
+        if up_scales.shape[0] != n:
+            raise ValueError("gate and up projections must have the same number of rows")
+    x2 = _as_rows(x)
+    m = x2.shape[0]
+    lead = x.shape[:-1]
+    y2 = out.view(m, n) if out is not None else torch.empty(m, n, dtype=x.dtype, device=x.device)
+    r2 = residual.reshape(m, n) if residual is not None else None
+    nw = norm_weight.contiguous() if norm_weight is not None else None
+    cfg = config or _gemv_config(x2, nw, codes, scales, up_codes, up_scales, r2, n, k, group_size, encoding,
+                                 eps, norm_offset, dual)
+    _gemv_launch(x2, nw, codes, scales, up_codes, up_scales, r2, y2, n, k, group_size, encoding, eps,
+                 norm_offset, dual, cfg, qx=x_int8)
+    return out if out is not None else y2.view(*lead, n)
+
+
+def ternary_matvec(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
+                   encoding: str = T2, *, out: torch.Tensor | None = None,
+                   residual: torch.Tensor | None = None, config: tuple | None = None,
+                   x_int8: torch.Tensor | None = None) -> torch.Tensor:
+    """``y = x @ W^T (+ residual)`` for ``x [..., K]`` with at most 8 rows (decode). fp32 accumulate;
+    output in x's dtype. ``out`` may alias ``residual`` (in-place residual stream update). ``x_int8``:
+    x's int8 planes (:func:`quant_x_planes`) already written by x's producer in this step; an int8-activation
+    kernel then skips its quantisation launch (the others read x itself)."""
+    return _gemv(x, codes, scales, group_size, encoding, out=out, residual=residual, config=config, x_int8=x_int8)
+
+
+def quant_x_planes(m: int, k: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """A buffer for the int8 planes (what ``_quant_x_kernel`` writes) of an x ``[m, k]`` of ``dtype`` when decode
+    mat-vecs on it may take int8 activations (16-bit x, k a multiple of the activation block), else None: for
+    producers that quantise their own output (``attention.decode_attention``'s ``q8_out``)."""
+    if _decode_activations != "int8" or dtype == torch.float32 or k % INT8_ACT_BLOCK:
+        return None
+    return torch.empty(m, Q8_PLANES * (k // 16), dtype=torch.int32, device=device)
+
+
+def fused_rmsnorm_matvec(x: torch.Tensor, norm_weight: torch.Tensor, eps: float, codes: torch.Tensor,
+                         scales: torch.Tensor, group_size: int, encoding: str = T2, *,
+                         weight_offset: float = 0.0, out: torch.Tensor | None = None,
+                         config: tuple | None = None) -> torch.Tensor:
+    """``rmsnorm(x) @ W^T`` in one launch: each program recomputes 1/rms(x) (x is tiny)."""
+    return _gemv(x, codes, scales, group_size, encoding, out=out, norm_weight=norm_weight, eps=eps,
+                 norm_offset=weight_offset, config=config)
+
+
+def swiglu_matvec(x: torch.Tensor, codes: torch.Tensor, scales: torch.Tensor, group_size: int,
+                  encoding: str = T2, *, up_codes: torch.Tensor | None = None,
+                  up_scales: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+                  eps: float = 1e-6, weight_offset: float = 0.0, out: torch.Tensor | None = None,
+                  config: tuple | None = None) -> torch.Tensor:
+    """``silu(x Wg^T) * (x Wu^T)`` in one launch reading both weights (optionally on rmsnorm(x)).
+
+    Pass gate and up separately (``up_codes``/``up_scales``) or as one row-fused ``[2I, ...]``
+    matrix (gate rows first, as ``torch.cat`` of the two TernaryTensors gives).
+    """
+    if up_codes is None:
+        if codes.shape[0] % 2:
+            raise ValueError("a fused gate_up matrix must have an even number of rows")
+        half = codes.shape[0] // 2
+        codes, up_codes = codes[:half], codes[half:]
+        scales, up_scales = scales[:half], scales[half:]
+    return _gemv(x, codes, scales, group_size, encoding, out=out, norm_weight=norm_weight, eps=eps,
+                 norm_offset=weight_offset, up_codes=up_codes, up_scales=up_scales, config=config)
