@@ -13,7 +13,7 @@ timeout ${TESTS_S:-330} python3 -m pytest -q -p no:cacheprovider -n 16 tests/gpu
   tests/hybrid/test_hybrid_gpu.py tests/hybrid/test_hybrid_fused_step.py > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$? in $(( $(date +%s) - T0 )) s"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.log" | tail -25
 B="--synthetic bonsai-8b --ctx 4096 --prompt-tokens 512 --gen 256 --runs 3 --baseline none --cache-dir /tmp/syn"
-for tree in new old new old; do
+for tree in ${TREES:-new old new old}; do
   if [ $tree = old ]; then dir=.oldtree; pp=/tmp/site:$PWD/.oldtree; else dir=.; pp=/tmp/site:$PWD; fi
   (cd $dir && PYTHONPATH=$pp timeout 150 python3 -m runtime bench $B --json "$OUT/bench8b_$tree.json" \
      > "$OUT/bench8b_$tree.log" 2>&1); echo "8B $tree rc=$?"; grep -E "^ours|roofline" "$OUT/bench8b_$tree.log"

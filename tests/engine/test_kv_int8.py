@@ -181,7 +181,9 @@ def test_kv_int8_engine_option(tiny_pair):
     again = list(eng.generate("hello world", s))[-1]  # cache reuse path reads the int8 prefix back
     assert again.stats.token_ids == done.stats.token_ids
     assert Engine.load(md, device="cpu", context_length=64, kv_dtype=torch.int8).model.cache.k.dtype == torch.int8
-    assert Engine.load(md, device="cpu", context_length=64, kv_dtype="auto").model.cache.k.dtype == torch.float32
+    # "auto" on the CPU is an fp16 cache (runtime.kv_cache.default_kv_dtype); fp32 on request
+    assert Engine.load(md, device="cpu", context_length=64, kv_dtype="auto").model.cache.k.dtype == torch.float16
+    assert Engine.load(md, device="cpu", context_length=64, kv_dtype="fp32").model.cache.k.dtype == torch.float32
     assert Engine.load(md, device="cpu", context_length=64, kv_dtype="bf16").model.cache.k.dtype == torch.bfloat16
     with pytest.raises(TernaryError, match="unknown KV cache precision"):
         Engine.load(md, device="cpu", context_length=64, kv_dtype="int4")
@@ -195,7 +197,7 @@ def test_kv_int8_hybrid_engine_generates():
     ids = list(range(1, 20))
     fp = Engine.load(md, device="cpu", context_length=64)
     i8 = Engine.load(md, device="cpu", context_length=64, kv_dtype="int8")
-    assert i8.model.cache.k.dtype == torch.int8 and fp.model.cache.k.dtype == torch.float32
+    assert i8.model.cache.k.dtype == torch.int8 and fp.model.cache.k.dtype == torch.float16  # CPU default
     s = GenerationSettings(temperature=0.0, max_new_tokens=8, ignore_eos=True)
     a = list(fp._generate(ids, fp.resolve_settings(s), _token(), 0.0))[-1]
     b = list(i8._generate(ids, i8.resolve_settings(s), _token(), 0.0))[-1]
