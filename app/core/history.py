@@ -103,6 +103,22 @@ class HistoryError(Exception):
         self.version = version
 
 
+def database_file_problem(path: Path) -> tuple[str, str] | None:
+    """(code, message) when ``path`` exists but must not be opened as a SQLite database, else None.
+
+    A folder, FIFO or device would hang or fail inside SQLite; a file shorter than SQLite's 100-byte
+    header would be taken for an empty database and overwritten. Shared by every SQLite store."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return "not_a_file", f"{path} is not a file"
+    if 0 < st.st_size < 100:
+        return "damaged", f"{path} is not a database ({st.st_size} bytes)"
+    return None
+
+
 def classify_sqlite_error(exc: BaseException) -> str:
     """Map an SQLite/OS error to what it means for the user's file: locked, unwritable or damaged.
 
@@ -222,12 +238,9 @@ class HistoryStore:
         target = MEMORY
         if not self.in_memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                st = os.stat(self.path)
-                if not stat.S_ISREG(st.st_mode):  # a folder, FIFO or device would hang or fail
-                    raise HistoryError("not_a_file", f"{self.path} is not a file")
-                if 0 < st.st_size < 100:  # shorter than SQLite's header: SQLite would take it for empty and overwrite it
-                    raise HistoryError("damaged", f"{self.path} is not a database ({st.st_size} bytes)")
+            problem = database_file_problem(self.path)
+            if problem:
+                raise HistoryError(*problem)
             target = str(self.path)
         self._db = sqlite3.connect(target, isolation_level=None, timeout=busy_timeout_s)  # autocommit
         self._db.row_factory = sqlite3.Row

@@ -26,7 +26,6 @@ import contextlib
 import os
 import re
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.history import classify_sqlite_error
+from app.core.history import classify_sqlite_error, database_file_problem
 from runtime.errors import TernaryError
 
 SCHEMA_VERSION = 1
@@ -274,12 +273,9 @@ class KnowledgeStore:
         target = MEMORY
         if not self.in_memory:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                st = os.stat(self.path)
-                if not stat.S_ISREG(st.st_mode):
-                    raise KnowledgeError("not_a_file", f"{self.path} is not a file")
-                if 0 < st.st_size < 100:  # shorter than SQLite's header: SQLite would overwrite it
-                    raise KnowledgeError("damaged", f"{self.path} is not a database ({st.st_size} bytes)")
+            problem = database_file_problem(self.path)
+            if problem:
+                raise KnowledgeError(*problem)
             target = str(self.path)
         self._db = sqlite3.connect(target, isolation_level=None, timeout=busy_timeout_s, check_same_thread=False)
         self._db.row_factory = sqlite3.Row

@@ -7,6 +7,7 @@ tests/model_factory.py once per session; every window loads it through the app's
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -56,26 +57,36 @@ def settings_for(model_path: str, **sampling) -> AppSettings:
     return s
 
 
-@pytest.fixture
-def make_window(qtbot, tiny_model_path):
-    """``make_window(load=True, settings=None)`` -> a shown MainWindow, model loaded if asked."""
+@contextlib.contextmanager
+def window_maker(qtbot, model_path: str, max_new_tokens: int):
+    """``make(load=True, settings=None, **sampling)`` -> a shown MainWindow on ``model_path``, model
+    loaded if asked; every window made is closed on exit (shared by the GUI fixtures)."""
     from app.main_window import MainWindow
 
     windows = []
 
     def make(load: bool = True, settings: AppSettings | None = None, **sampling):
         if settings is None:
-            settings = settings_for(tiny_model_path, **({"seed": 1, "max_new_tokens": 12} | sampling))
+            settings = settings_for(model_path, **({"seed": 1, "max_new_tokens": max_new_tokens} | sampling))
         w = MainWindow(settings=settings, autoload=False)
         qtbot.addWidget(w)
         w.show()
         windows.append(w)
         if load:
             with qtbot.waitSignal(w.modelLoaded, timeout=120_000):
-                w.load_model(tiny_model_path)
+                w.load_model(model_path)
         return w
 
-    yield make
-    for w in windows:
-        if w.isVisible() or w.host.thread.isRunning():
-            w.close()
+    try:
+        yield make
+    finally:
+        for w in windows:
+            if w.isVisible() or w.host.thread.isRunning():
+                w.close()
+
+
+@pytest.fixture
+def make_window(qtbot, tiny_model_path):
+    """``make_window(load=True, settings=None)`` -> a shown MainWindow, model loaded if asked."""
+    with window_maker(qtbot, tiny_model_path, 12) as make:
+        yield make

@@ -16,7 +16,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QTextCursor
 from PySide6.QtWidgets import QApplication, QMenu
 
 from tests.app.pdf_samples import blank_pdf, pages_pdf
-from tests.gui.conftest import settings_for
+from tests.gui.conftest import window_maker
 
 ANSWER = "The harbour gate code is PELICAN-42 and it changes every spring."
 
@@ -31,25 +31,8 @@ def kb_model_path(tmp_path_factory) -> str:
 
 @pytest.fixture
 def kb_window(qtbot, kb_model_path):
-    from app.main_window import MainWindow
-
-    windows = []
-
-    def make(load: bool = True, **sampling):
-        w = MainWindow(settings=settings_for(kb_model_path, **({"seed": 1, "max_new_tokens": 6} | sampling)),
-                       autoload=False)
-        qtbot.addWidget(w)
-        w.show()
-        windows.append(w)
-        if load:
-            with qtbot.waitSignal(w.modelLoaded, timeout=120_000):
-                w.load_model(kb_model_path)
-        return w
-
-    yield make
-    for w in windows:
-        if w.isVisible() or w.host.thread.isRunning():
-            w.close()
+    with window_maker(qtbot, kb_model_path, 6) as make:
+        yield make
 
 
 def _documents(folder: Path) -> tuple[Path, Path]:
