@@ -138,9 +138,10 @@ class GaugePanel(QFrame):
         self.prefill_label = value(self.tr("Prompt processing speed"))
         self.ttft_label = value(self.tr("Time to first token"))
         self.prompt_label = value(self.tr("Prompt tokens"))
+        self.server_label = value(self.tr("Local API server"))
         self._fields = (self.model_label, self.device_label, self.layers_label, self.vram_process_bar,
                         self.vram_device_bar, self.ram_bar, self.context_bar, self.speed_label, self.prefill_label,
-                        self.ttft_label, self.prompt_label)
+                        self.ttft_label, self.prompt_label, self.server_label)
         for w in self._fields:
             form.addRow(QLabel(), w)
         self._form = form
@@ -158,6 +159,7 @@ class GaugePanel(QFrame):
         self.last_memory: dict[str, Any] = {}
         self.updates = 0  # number of memory refreshes (tests check the timer works)
         self._info: dict[str, Any] | None = None
+        self._server: tuple[str, dict[str, Any] | None] = ("", None)
         self.retranslate()
 
     def _fix_width(self) -> None:
@@ -198,7 +200,8 @@ class GaugePanel(QFrame):
                 (self.speed_label, self.tr("Speed"), self.tr("Tokens per second")),
                 (self.prefill_label, self.tr("Prefill"), self.tr("Prompt processing speed")),
                 (self.ttft_label, self.tr("First token"), self.tr("Time to first token")),
-                (self.prompt_label, self.tr("Prompt"), self.tr("Prompt tokens"))):
+                (self.prompt_label, self.tr("Prompt"), self.tr("Prompt tokens")),
+                (self.server_label, self.tr("API server"), self.tr("Local API server"))):
             self._form.labelForField(w).setText(caption)
             w.setAccessibleName(name)
         self.chart.setAccessibleName(self.tr("Speed and memory of the last generations"))
@@ -210,9 +213,12 @@ class GaugePanel(QFrame):
             plan = self._info.get("plan") or {}
             if plan:
                 self._set_layers(int(plan.get("layers_on_gpu", 0)), int(plan.get("layers_on_cpu", 0)))
-        if self.last_memory and not self.last_memory.get("device_total_bytes"):
+        if self.last_memory and self.last_memory.get("remote"):
+            self.update_memory(self.last_memory)
+        elif self.last_memory and not self.last_memory.get("device_total_bytes"):
             for b in (self.vram_process_bar, self.vram_device_bar):
                 b.setFormat(self.tr("no GPU in use"))
+        self.set_server(*self._server)
         self._fix_width()  # the captions' width changes with the language
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt override
@@ -221,6 +227,21 @@ class GaugePanel(QFrame):
         elif event.type() == QEvent.Type.FontChange:
             self._fix_width()
         super().changeEvent(event)
+
+    # -- local API server ----------------------------------------------------------------------
+    def set_server(self, url: str, stats: dict[str, Any] | None) -> None:
+        """Requests served and the last request's tokens/s of the app's local API server ("off" when stopped)."""
+        self._server = (url, stats)
+        if not url or stats is None:
+            self.server_label.setText(self.tr("off"))
+            self.server_label.setToolTip("")
+            return
+        text = self.tr("%1 requests · %2 tok/s").replace("%1", str(stats.get("requests_served", 0))) \
+            .replace("%2", f"{float(stats.get('tokens_per_s') or 0.0):.1f}")
+        if stats.get("active"):
+            text += " · " + self.tr("busy")
+        self.server_label.setText(text)
+        self.server_label.setToolTip(url)
 
     # -- model -------------------------------------------------------------------------------
     def set_model(self, info: dict[str, Any] | None) -> None:
@@ -252,6 +273,15 @@ class GaugePanel(QFrame):
     def update_memory(self, m: dict[str, Any]) -> None:
         self.last_memory = m
         self.updates += 1
+        if m.get("remote"):  # a remote backend: its memory is on the other machine and it does not report it
+            for b in (self.vram_process_bar, self.vram_device_bar, self.ram_bar):
+                b.setValue(0)
+                b.setFormat(self.tr("remote: not reported"))
+                b.setToolTip(self.tr("The model runs on the remote server; its memory is the remote's and "
+                                     "OpenAI-compatible servers do not report it."))
+            return
+        for b in (self.vram_process_bar, self.vram_device_bar, self.ram_bar):
+            b.setToolTip("")
         total = m.get("device_total_bytes")
         if total:
             proc = m.get("device_reserved_bytes") or m.get("device_allocated_bytes") or 0

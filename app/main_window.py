@@ -61,6 +61,8 @@ from app.chat_knowledge import ChatKnowledge
 from app.chat_view import RETURN_PRESSES, ChatView, MessageWidget, PromptEdit
 from app.core import documents
 from app.core.history import PARTIAL, HistoryStore, StreamingMessageSaver
+from app.core.local_server import LocalServer, LocalServerError
+from app.core.remote import parse_remote_ref, remote_ref
 from app.core.settings_model import AppSettings, generation_settings, model_key
 from app.errors import UserError, document_error_text, error_text, readable_error
 from app.gauges import GaugePanel, format_seconds
@@ -77,7 +79,10 @@ GAUGE_IDLE_MS = 1000
 
 
 def model_name(path: str) -> str:
-    """The model's file or folder name, for conversation records and captions."""
+    """The model's file or folder name (a remote's: "model @ remote"), for conversation records and captions."""
+    ref = parse_remote_ref(path)
+    if ref is not None:
+        return f"{ref.model} @ {ref.name}"
     return Path(path).name or path
 
 
@@ -161,6 +166,11 @@ class MainWindow(QMainWindow):
         self.knowledge_dialog: Any = None  # the knowledge-base manager while open
         self.last_error = ""
         self.last_summary: Any = None
+        self.server = LocalServer()  # Settings → Local server; serves the loaded local model
+        self.server_error = ""  # why the server last failed to start (shown in the settings page too)
+        self.remote_models: dict[str, list[str]] = {}  # remote name -> its /v1/models ids (fetched in background)
+        self.remote_errors: dict[str, str] = {}  # remote name -> why listing its models failed
+        self._autoload = autoload  # a remote last model loads once its remote has listed its models
         try:
             self._build_and_restore(autoload)
         except BaseException:
@@ -185,6 +195,7 @@ class MainWindow(QMainWindow):
             self.show_notice(self.knowledge.problem, sticky=True)
         self.refresh_conversations()
         self.refresh_models()
+        self.refresh_remote_models()
         self._gauge_timer = QTimer(self)
         self._gauge_timer.setInterval(GAUGE_IDLE_MS)
         self._gauge_timer.timeout.connect(self._poll_gauges)
@@ -495,6 +506,7 @@ class MainWindow(QMainWindow):
         w.summaryStep.connect(self._on_summary_step)
         w.summaryTokens.connect(self._on_summary_tokens)
         w.grounded.connect(self._on_grounded)
+        w.waiting.connect(self._on_waiting)
 
     # ------------------------------------------------------------------ banner / state
     def show_error(self, text: str) -> None:
@@ -726,7 +738,97 @@ class MainWindow(QMainWindow):
             if p not in seen and Path(p).exists():
                 seen.add(p)
                 out.append((Path(p).name + "  " + self.tr("(imported)"), p))
+        for name in self.settings.remotes:
+            for model in self.remote_models.get(name, []):
+                out.append((f"{model}  " + self.tr("(remote: %1)").replace("%1", name), remote_ref(name, model)))
         return out
+
+    # ------------------------------------------------------------------ remote backends
+    remoteModelsListed = Signal(str)  # remote name (its models, or its error, are in remote_models / remote_errors)
+
+    def refresh_remote_models(self, names: list[str] | None = None) -> None:
+        """List each remote's models (GET /v1/models) off the GUI thread; the picker updates when they arrive."""
+        from app.core.remote import RemoteClient
+        from app.core.secrets import get_key, remote_key_name
+
+        for name in names if names is not None else list(self.settings.remotes):
+            url = self.settings.remotes.get(name)
+            if not url:
+                continue
+            key = get_key(remote_key_name(name))
+
+            def fetch(url: str = url, key: Any = key) -> list[str]:
+                client = RemoteClient(url, key.reveal() if key else None)
+                try:
+                    return client.list_models()
+                finally:
+                    client.close()
+
+            task = run_in_background(fetch, lambda models, n=name: self._on_remote_models(n, models, ""),
+                                     lambda exc, n=name: self._on_remote_models(n, [], readable_error(exc)))
+            self._tasks.append(task)
+
+    def _on_remote_models(self, name: str, models: list[str], error: str) -> None:
+        if self._closed:
+            return
+        self.remote_models[name] = models
+        if error:
+            self.remote_errors[name] = error
+            self.show_error(self.tr("Could not list the models of the remote %1: %2").replace("%1", name)
+                            .replace("%2", error))
+        else:
+            self.remote_errors.pop(name, None)
+        self.refresh_models()
+        last = parse_remote_ref(self.settings.last_model)
+        if self._autoload and last is not None and last.name == name and last.model in models and not self.model_path:
+            self.load_model(self.settings.last_model)  # the remote model in use when the app last closed
+        self.remoteModelsListed.emit(name)
+
+    def _remote_documents_error(self) -> None:
+        """Answers from documents and summaries fit passages to the context by the engine's own token
+        count, which an OpenAI-compatible remote does not offer."""
+        self.show_error(self.tr("Questions about documents and summaries need a local model: a remote server "
+                                "cannot count tokens for the app."))
+
+    # ------------------------------------------------------------------ local API server
+    def sync_server(self) -> None:
+        """Run the local API server iff it is switched on and a local model is loaded (restarted for a new one)."""
+        want = self.settings.server.enabled and bool(self.model_info) and not self.model_info.get("remote") \
+            and self.worker.engine is not None
+        if not want:
+            self.server.stop()
+            self._update_server_gauge()
+            return
+        model_id = Path(self.model_path).stem or model_name(self.model_path)
+        try:
+            url = self.server.start(self.worker.engine, model_id, self.worker.lock, self.settings.server)
+        except LocalServerError as exc:
+            self.server_error = str(exc)
+            self.settings.server.enabled = False  # the toggle goes back off: it is not running
+            self.save_settings()
+            self.show_error(self.tr("The local server did not start: %1").replace("%1", str(exc)))
+            self._update_server_gauge()
+            return
+        self.server_error = ""
+        self.statusBar().showMessage(self.tr("Local API server at %1").replace("%1", url), 5000)
+        self._update_server_gauge()
+
+    def _update_server_gauge(self) -> None:
+        self.gauges.set_server(self.server.url, self.server.stats())
+
+    def _on_waiting(self, request_id: int, waiting: bool) -> None:
+        if request_id != self._request_id and request_id != self._summary_request:
+            return
+        if waiting:
+            self.status_label.setText(self.tr("Waiting for an API request to finish…"))
+            widget = self._live_reply_widget()
+            if widget is not None:
+                widget.set_status(self.tr("waiting for an API request to finish…"))
+        else:
+            self.status_label.setText(self.tr("Generating…"))
+            widget = self._live_reply_widget()
+            if widget is not None:
+                widget.set_status(self.tr("generating…"))
 
     def refresh_models(self) -> None:
         self.model_combo.blockSignals(True)
@@ -748,6 +850,9 @@ class MainWindow(QMainWindow):
             self.load_model(path)
 
     def load_options(self) -> dict[str, Any]:
+        ref = parse_remote_ref(self.model_path)
+        if ref is not None:
+            return {"remote_url": self.settings.remotes.get(ref.name, "")}
         hw = self.settings.hardware
         return {
             "device": hw.device,
@@ -761,6 +866,7 @@ class MainWindow(QMainWindow):
     def load_model(self, path: str) -> None:
         if self.generating:
             self.stop()
+        self.server.stop()  # it serves the model being replaced; started again for the new one (sync_server)
         if self._load_cancel is not None:
             self._load_cancel.cancel()
         self.loading = True
@@ -786,8 +892,12 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self.load_bar.setVisible(False)
         ctx = info.get("context_length", 0)
-        self.status_label.setText(self.tr("%1 on %2 · context %3 tokens").replace("%1", str(info.get("name")))
-                                  .replace("%2", str(info.get("device"))).replace("%3", str(ctx)))
+        if info.get("remote"):
+            self.status_label.setText(self.tr("%1 on the remote %2 (%3)").replace("%1", str(info.get("name")))
+                                      .replace("%2", str(info.get("remote_name"))).replace("%3", str(info.get("device"))))
+        else:
+            self.status_label.setText(self.tr("%1 on %2 · context %3 tokens").replace("%1", str(info.get("name")))
+                                      .replace("%2", str(info.get("device"))).replace("%3", str(ctx)))
         self.gauges.set_model(info)
         self.gauges.show_conversation_context(
             _context_fill(self.store.messages(self.conversation_id)) if self.conversation_id is not None else 0)
@@ -802,6 +912,7 @@ class MainWindow(QMainWindow):
             self.model_combo.setCurrentIndex(idx)
         self.clear_banner()
         self._update_state()
+        self.sync_server()
         self.modelLoaded.emit(info)
         pending, self._pending_document = self._pending_document, None
         if pending is not None:
@@ -934,6 +1045,9 @@ class MainWindow(QMainWindow):
         messages = self._history_messages()
         base_ids = self.knowledge.base_ids(self.conversation_id) if self.knowledge is not None else []
         if base_ids and messages and messages[-1]["role"] == "user":
+            if self.model_info.get("remote"):
+                self._remote_documents_error()
+                return
             self._start_grounded(messages, base_ids)
             return
         reply = self.store.add_message(self.conversation_id, "assistant", "", status=PARTIAL)
@@ -1133,6 +1247,8 @@ class MainWindow(QMainWindow):
     def _poll_gauges(self) -> None:
         if self.model_info and not self.generating and self._summary_cancel is None:
             self.host.requestMemory.emit()
+        if self.server.running:
+            self._update_server_gauge()
 
     # ------------------------------------------------------------------ documents
     def attach_document(self) -> None:
@@ -1228,6 +1344,9 @@ class MainWindow(QMainWindow):
             return
         if not self.model_info:
             self.show_error(self.tr("Load a model first (Models… or the model picker)."))
+            return
+        if self.model_info.get("remote"):
+            self._remote_documents_error()
             return
         if self.generating or self._summary_cancel is not None:
             self.show_error(self.tr("Wait for the current reply to finish (or press Esc)."))
@@ -1527,8 +1646,16 @@ class MainWindow(QMainWindow):
             from app.translation import install_translation
 
             install_translation(QCoreApplication.instance(), self.settings.interface.language)  # live
-        if old.hardware != self.settings.hardware and self.model_path and not self.generating:
+        if old.remotes != self.settings.remotes:
+            for name in set(self.remote_models) - set(self.settings.remotes):
+                self.remote_models.pop(name, None)
+            self.refresh_remote_models([n for n, url in self.settings.remotes.items() if old.remotes.get(n) != url])
+            self.refresh_models()
+        remote = parse_remote_ref(self.model_path) is not None
+        if old.hardware != self.settings.hardware and self.model_path and not self.generating and not remote:
             self.load_model(self.model_path)
+        elif old.server != self.settings.server or (self.settings.server.enabled and not self.server.running):
+            self.sync_server()
 
     # ------------------------------------------------------------------ shutdown
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt override
@@ -1542,6 +1669,7 @@ class MainWindow(QMainWindow):
         if self._summary_saver is not None:
             self._summary_saver.flush()
         self._gauge_timer.stop()
+        self.server.stop()  # before the engine closes: API clients get their connection closed, not a crash
         self.host.stop()
         QThreadPool.globalInstance().waitForDone(5000)
         self._closed = True  # a language switch after this must not read the closed history

@@ -200,7 +200,15 @@ class SettingsDialog(QDialog):
         self.tabs.addTab(self._sampling_tab(), self.tr("Sampling"))
         self.tabs.addTab(self._hardware_tab(), self.tr("Hardware"))
         self.tabs.addTab(self._downloads_tab(), self.tr("Downloads"))
-        self.tabs.addTab(self._interface_tab(), self.tr("Interface"))
+        from app.server_page import RemotesPage, ServerPage
+
+        self.server_page = ServerPage(self.window)
+        self.remotes_page = RemotesPage(self.window)
+        self.tabs.addTab(self.server_page, self.tr("Local server"))
+        self.tabs.addTab(self.remotes_page, self.tr("Remote backends"))
+        self.server_page.host.textChanged.connect(self._update_buttons)
+        self.server_page.enabled.toggled.connect(self._update_buttons)
+        self.tabs.addTab(self._interface_tab(), self.tr("Interface"))  # stays last (where users find it)
 
     def retranslate(self) -> None:
         """Rebuild the tabs in the new language, keeping what the user has typed and the open tab.
@@ -520,6 +528,8 @@ class SettingsDialog(QDialog):
         self.models_dir_edit.setText(s.downloads.models_dir or str(current_models_dir()))
         self._select(self.language_combo, s.interface.language)
         self._select(self.theme_combo, s.interface.theme)
+        self.server_page.load(s.server)
+        self.remotes_page.load(s.remotes)
         self._update_cost()
 
     @staticmethod
@@ -552,6 +562,8 @@ class SettingsDialog(QDialog):
             s.downloads.models_dir = "" if path == default_models_path() else str(path)
         s.interface.language = self.language_combo.currentData()
         s.interface.theme = self.theme_combo.currentData()
+        s.server = self.server_page.values()
+        s.remotes = dict(self.remotes_page.remotes)
         return s
 
     def problems(self) -> list[str]:
@@ -584,7 +596,8 @@ class SettingsDialog(QDialog):
             for widget in (self.models_dir_info, self.models_dir_edit):
                 widget.style().unpolish(widget)
                 widget.style().polish(widget)
-        return out + endpoint_problems + folder_problems
+        server_problems = self.server_page.problems() if hasattr(self, "server_page") else []
+        return out + endpoint_problems + folder_problems + server_problems
 
     def folder_problem_text(self, reason: str) -> str:
         """The translated sentence for a :func:`check_models_folder` reason code."""

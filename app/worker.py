@@ -7,15 +7,22 @@ events out). Tokens are batched: the worker collects decoded pieces and emits at
 200. Stop is a :class:`runtime.generation.CancelToken` the GUI cancels directly (thread-safe);
 the engine checks it every token. Every exception becomes a readable message signal; the worker
 and its thread stay alive, so the next request works.
+
+The engine may be shared with the app's local API server (Settings → Local server): both take
+:attr:`EngineWorker.lock` for each use, so an API request waits while the user's chat generates and
+the chat waits (``waiting`` tells the GUI, Stop still works) while an API request runs. A remote
+backend (``remote:<name>#<model>``, :mod:`app.core.remote`) is "loaded" here like a local model.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
@@ -23,7 +30,7 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 from app.errors import describe, readable_error
 from app.errors import simple as simple_error
 from runtime.errors import OutOfMemoryError, TernaryError
-from runtime.generation import CancelToken, DoneEvent, NoticeEvent, TextEvent
+from runtime.generation import CancelToken, DoneEvent, GenerationStats, NoticeEvent, TextEvent
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +87,31 @@ def kv_cache_costs(engine: Any) -> dict[str, int]:
     return {name: planner.kv_bytes_per_token(config, name) for name in planner.KV_DTYPES}
 
 
+def open_remote(ref: str, options: dict[str, Any]) -> Any:
+    """A :class:`app.core.remote.RemoteEngine` for ``remote:<name>#<model>``; its key from the keyring.
+
+    Checks the server answers and serves the model, so a wrong address or key fails at "load".
+    """
+    from app.core.remote import RemoteEngine, parse_remote_ref
+    from app.core.secrets import get_key, remote_key_name
+
+    parsed = parse_remote_ref(ref)
+    if parsed is None or not options.get("remote_url"):
+        raise ValueError(f"not a known remote model: {ref}")
+    key = get_key(remote_key_name(parsed.name))
+    engine = RemoteEngine(parsed.name, str(options["remote_url"]), parsed.model, key.reveal() if key else None)
+    try:
+        engine.check()
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+class Cancelled(Exception):
+    """The user pressed Stop while the chat was waiting for the engine (an API request held it)."""
+
+
 class EngineWorker(QObject):
     """Lives on the worker thread. Slots are invoked through queued connections only."""
 
@@ -99,19 +131,42 @@ class EngineWorker(QObject):
     summaryDone = Signal(int, object)  # request id, SummaryResult (also cancelled or stopped by an error)
     summaryFailed = Signal(int, object)  # request id, SummaryError or app.errors.UserError: could not start
     grounded = Signal(int, object)  # request id, app.knowledge.answer.GroundedPrompt (before the reply streams)
+    waiting = Signal(int, bool)  # request id, True while an API request of the local server holds the engine
 
     def __init__(self, loader: Callable[..., Any] = load_engine) -> None:
         super().__init__()
         self._loader = loader
         self.engine: Any = None
         self._last_memory = 0.0
+        # shared with the local API server's EngineAccess; reentrant: a grounded answer takes it and
+        # then streams through generate(), which takes it again
+        self.lock = threading.RLock()
+
+    @contextlib.contextmanager
+    def engine_turn(self, request_id: int, cancel: Any) -> Iterator[None]:
+        """Hold the engine for one chat request; if an API request has it, say so and wait (Stop works)."""
+        if not self.lock.acquire(blocking=False):
+            self.waiting.emit(request_id, True)
+            try:
+                while not self.lock.acquire(timeout=0.05):
+                    if cancel is not None and cancel.cancelled:
+                        raise Cancelled
+            finally:
+                self.waiting.emit(request_id, False)
+        try:
+            yield
+        finally:
+            self.lock.release()
 
     # -- model ---------------------------------------------------------------------------------
     @Slot(str, dict, object)
     def load(self, path: str, options: dict, cancel: object) -> None:
         self._close()
         try:
-            engine = self._loader(path, options, self.loadProgress.emit, cancel)
+            if path.startswith("remote:"):
+                engine = open_remote(path, options)
+            else:
+                engine = self._loader(path, options, self.loadProgress.emit, cancel)
         except BaseException as exc:  # noqa: BLE001 - every failure must reach the user
             log.warning("model load failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
             self.loadFailed.emit(path, describe(exc))
@@ -136,7 +191,8 @@ class EngineWorker(QObject):
     def _close(self) -> None:
         if self.engine is not None:
             try:
-                self.engine.close()
+                with self.lock:  # a running API request finishes first (the app stops the server before this)
+                    self.engine.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("engine close failed: %s", readable_error(exc))
             self.engine = None
@@ -151,32 +207,13 @@ class EngineWorker(QObject):
             self.failed.emit(request_id, simple_error("no_model"))
             return
         pending: list[tuple[str, str]] = []
-        last_flush = time.monotonic()
-        first_sent = False  # the first piece goes out at once: the live first-token gauge must not wait
         done: DoneEvent | None = None
         extra = {"started_at": started_at} if started_at and _accepts_started_at(self.engine) else {}
         try:
-            try:
-                self.tokenCount.emit(request_id, int(self.engine.count_tokens(messages, settings)))
-            except TernaryError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - counting is only for the gauge
-                log.debug("count_tokens failed: %s", exc)
-            for event in self.engine.generate(messages, settings, cancel=cancel, **extra):
-                if isinstance(event, TextEvent):
-                    if event.text:
-                        pending.append((event.channel, event.text))
-                elif isinstance(event, NoticeEvent):
-                    self.notice.emit(request_id, event.message)
-                elif isinstance(event, DoneEvent):
-                    done = event
-                now = time.monotonic()
-                if pending and (not first_sent or now - last_flush >= FLUSH_INTERVAL_S):
-                    self.tokens.emit(request_id, pending)
-                    pending = []
-                    last_flush = now
-                    first_sent = True
-                self._emit_memory()
+            with self.engine_turn(request_id, cancel):
+                done = self._stream(request_id, messages, settings, cancel, extra, pending)
+        except Cancelled:
+            done = DoneEvent(GenerationStats(finish_reason="cancelled"))
         except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
             if pending:
                 self.tokens.emit(request_id, pending)
@@ -194,6 +231,36 @@ class EngineWorker(QObject):
                                         "stats": as_dict(done.stats)})
         self._emit_memory(force=True)
 
+    def _stream(self, request_id: int, messages: object, settings: object, cancel: object, extra: dict[str, Any],
+                pending: list[tuple[str, str]]) -> DoneEvent | None:
+        """Run the engine's generate, flushing ``pending`` text in batches; the last pieces stay in
+        ``pending`` for the caller (also when this raises)."""
+        last_flush = time.monotonic()
+        first_sent = False  # the first piece goes out at once: the live first-token gauge must not wait
+        done: DoneEvent | None = None
+        try:
+            self.tokenCount.emit(request_id, int(self.engine.count_tokens(messages, settings)))
+        except TernaryError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - counting is only for the gauge
+            log.debug("count_tokens failed: %s", exc)
+        for event in self.engine.generate(messages, settings, cancel=cancel, **extra):
+            if isinstance(event, TextEvent):
+                if event.text:
+                    pending.append((event.channel, event.text))
+            elif isinstance(event, NoticeEvent):
+                self.notice.emit(request_id, event.message)
+            elif isinstance(event, DoneEvent):
+                done = event
+            now = time.monotonic()
+            if pending and (not first_sent or now - last_flush >= FLUSH_INTERVAL_S):
+                self.tokens.emit(request_id, list(pending))
+                pending.clear()
+                last_flush = now
+                first_sent = True
+            self._emit_memory()
+        return done
+
     @Slot(int, object, object, str, object, object, float, int)
     def generate_grounded(self, request_id: int, retrieve: object, conversation: object, question: str,
                           settings: object, cancel: object, started_at: float = 0.0, answer_tokens: int = 0) -> None:
@@ -209,10 +276,15 @@ class EngineWorker(QObject):
         try:
             hits = retrieve()  # type: ignore[operator]
             context = int(as_dict(getattr(self.engine, "info", None)).get("context_length") or 0)
-            prompt = build_grounded_prompt(
-                list(conversation), question, hits,  # type: ignore[call-overload]
-                count_tokens=lambda msgs: int(self.engine.count_tokens(msgs, settings)),
-                context_length=context, answer_tokens=max(0, min(answer_tokens, context // 2)))
+            with self.engine_turn(request_id, cancel):
+                prompt = build_grounded_prompt(
+                    list(conversation), question, hits,  # type: ignore[call-overload]
+                    count_tokens=lambda msgs: int(self.engine.count_tokens(msgs, settings)),
+                    context_length=context, answer_tokens=max(0, min(answer_tokens, context // 2)))
+        except Cancelled:
+            self.finished.emit(request_id, {"text": "", "thinking": "",
+                                            "stats": as_dict(GenerationStats(finish_reason="cancelled"))})
+            return
         except BaseException as exc:  # noqa: BLE001 - the worker must survive anything
             log.warning("finding the sources failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))
             self.failed.emit(request_id, describe(exc))
@@ -260,9 +332,10 @@ class EngineWorker(QObject):
             self._emit_memory()
 
         try:
-            summarizer = Summarizer(self.engine, settings, answer_tokens=answer_tokens or None)
-            result = summarizer.summarize(text, name=name, progress=progress, cancel=cancel, on_step=on_step,
-                                          on_text=on_text)
+            with self.engine_turn(request_id, cancel):
+                summarizer = Summarizer(self.engine, settings, answer_tokens=answer_tokens or None)
+                result = summarizer.summarize(text, name=name, progress=progress, cancel=cancel, on_step=on_step,
+                                              on_text=on_text)
         except BaseException as exc:  # noqa: BLE001 - only a summary that could not start ends here
             flush()
             log.warning("summarization failed: %s", readable_error(exc), exc_info=not isinstance(exc, TernaryError))

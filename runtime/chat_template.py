@@ -48,6 +48,14 @@ from jinja2.visitor import NodeTransformer
 
 from runtime.errors import TernaryError
 
+# Plain ChatML, for the rare file without a template (every Bonsai model is ChatML).
+FALLBACK_CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
+    "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
+    "{% endif %}{% endif %}"
+)
+
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 

@@ -14,22 +14,23 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from runtime.chat_template import render_chat
+from runtime.chat_template import FALLBACK_CHATML_TEMPLATE, render_chat
 from runtime.devices import resolve_device
 from runtime.errors import (
     CancelledError,
     ContextOverflowError,
+    InvalidSettingError,
     OutOfMemoryError,
     TernaryError,
     UnsupportedModelError,
 )
-from runtime.formats.arch import dense_matrices_notice
+from runtime.formats.arch import dense_matrices_notice, get_arch
 from runtime.formats.model_data import ModelData
 from runtime.generation import (
     CancelToken,
@@ -42,34 +43,24 @@ from runtime.generation import (
     ModelInfo,
     NoticeEvent,
     TextEvent,
+    TokenEvent,
 )
 from runtime.kv_cache import default_kv_dtype, resolve_kv_dtype
 from runtime.model.qwen3 import Qwen3Model
-from runtime.sampling import Sampler, StopStringMatcher
+from runtime.sampling import StopStringMatcher, TokenSampler, token_logprobs
 from runtime.sampling_params import check as check_setting
 from runtime.sampling_params import validate_generation_settings
 from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
 
-# PrismML's recommended sampling for the Ternary Bonsai 1.7B/4B/8B (model cards, demo scripts);
-# used for anything the model file does not specify.
-PRISM_SMALL_DEFAULTS = {"temperature": 0.5, "top_p": 0.85, "top_k": 20, "min_p": 0.0,
-                        "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
-# The 27B hybrids (model cards; Bonsai 2 = the files with Hadamard rotation metadata).
-PRISM_27B_DEFAULTS = dict(PRISM_SMALL_DEFAULTS, temperature=0.7, top_p=0.95)
-PRISM_BONSAI2_DEFAULTS = dict(PRISM_SMALL_DEFAULTS, temperature=1.0, top_p=0.95)
+if TYPE_CHECKING:
+    from runtime.constrained import TokenConstraint
 
-# Plain ChatML, for the rare file without a template (every Bonsai model is ChatML).
-FALLBACK_CHATML_TEMPLATE = (
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
-    "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
-    "{% if enable_thinking is defined and enable_thinking is false %}{{ '<think>\\n\\n</think>\\n\\n' }}"
-    "{% endif %}{% endif %}"
-)
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds activation memory for long prompts
 CPU_DEFAULT_MAX_CONTEXT = 4096  # CPU prefill runs at tens of tok/s: a longer prompt takes minutes
 CPU_KV_RAM_FRACTION = 0.25  # at most this share of available RAM goes to the CPU KV cache
 CTX_ALIGN = 256
+MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                     "frequency_penalty")
 
@@ -157,6 +148,9 @@ class Engine:
         self._fused_step = False  # whether the graph decoder runs the fused Triton step
         self._notified_fallback = False
         self._pending_notices: list[str] = []  # said once, at the start of the next generation
+        # runtime.kernels.cpu.decode_step's one-token step for this model and cache (built on first use)
+        self._cpu_step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self._cpu_step_built = False
 
     # ------------------------------------------------------------------ loading
 
@@ -283,6 +277,7 @@ class Engine:
         """Release the model and cache (the engine is unusable afterwards)."""
         self.model = None  # type: ignore[assignment]
         self._decoder = None  # its step closure and captured graphs hold the model's buffers
+        self._cpu_step, self._cpu_step_built = None, False  # and so does the CPU step's
         self._cached_tokens = []
         self._end_logits = None
         if self.device.type == "cuda":
@@ -294,23 +289,18 @@ class Engine:
     # ------------------------------------------------------------------ settings and prompts
 
     def default_settings(self) -> GenerationSettings:
-        """Settings resolved from the model file's generation defaults, then PrismML's for the family."""
+        """Settings resolved from the model file's generation defaults, then the architecture's
+        (:attr:`runtime.formats.arch.ArchSpec.sampling_defaults`, ``thinking_default``)."""
         gd = self.generation_defaults
-        if self.config.hadamard is not None:
-            fallback = PRISM_BONSAI2_DEFAULTS
-        elif self.config.arch == "qwen35":
-            fallback = PRISM_27B_DEFAULTS
-        else:
-            fallback = PRISM_SMALL_DEFAULTS
+        spec = get_arch(self.config.arch)
+        fallback = spec.sampling_defaults(self.config)
         values: dict[str, Any] = {}
         for name in _SAMPLING_FIELDS:
             values[name] = _model_default(name, gd.get(name), fallback[name])
         if gd.get("do_sample") is False:
             values["temperature"] = 0.0
         thinking = gd.get("enable_thinking")
-        # PrismML: the 1.7B/4B/8B were not trained to think (their demo forces it off); the 27B
-        # hybrids are thinking models, on by default
-        values["enable_thinking"] = bool(thinking) if thinking is not None else self.config.arch == "qwen35"
+        values["enable_thinking"] = bool(thinking) if thinking is not None else spec.thinking_default
         if self.info.supports_thinking is False:
             values["enable_thinking"] = False
         max_new = gd.get("max_new_tokens")
@@ -329,22 +319,27 @@ class Engine:
             merged[f.name] = getattr(base, f.name) if v is None else v
         return replace(base, **merged)
 
-    def render_prompt(self, messages: list[Message], settings: GenerationSettings | None = None) -> str:
-        """The exact prompt text the model sees for ``messages`` (chat template applied)."""
+    def render_prompt(self, messages: list[Message], settings: GenerationSettings | None = None, *,
+                      tools: list[dict[str, Any]] | None = None) -> str:
+        """The exact prompt text the model sees for ``messages`` (chat template applied); ``tools`` (OpenAI
+        function schemas) reach the template as its ``tools`` variable."""
         s = self.resolve_settings(settings)
         return render_chat(self.chat_template, messages, add_generation_prompt=True, source=self.info.name,
-                           special_tokens=self.tokenizer.special_tokens_map(),
+                           special_tokens=self.tokenizer.special_tokens_map(), tools=tools,
                            enable_thinking=s.enable_thinking, reasoning_effort=s.reasoning_effort)
 
-    def encode_prompt(self, messages_or_prompt: list[Message] | str,
-                      settings: GenerationSettings | None = None) -> list[int]:
+    def encode_prompt(self, messages_or_prompt: list[Message] | str, settings: GenerationSettings | None = None,
+                      *, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Prompt token ids: a plain string as it is (special tokens added), messages through the template."""
         if isinstance(messages_or_prompt, str):
             return self.tokenizer.encode(messages_or_prompt, add_special_tokens=True)
-        return self.tokenizer.encode(self.render_prompt(messages_or_prompt, settings), add_special_tokens=False)
+        return self.tokenizer.encode(self.render_prompt(messages_or_prompt, settings, tools=tools),
+                                     add_special_tokens=False)
 
-    def count_tokens(self, messages: list[Message] | str, settings: GenerationSettings | None = None) -> int:
+    def count_tokens(self, messages: list[Message] | str, settings: GenerationSettings | None = None, *,
+                     tools: list[dict[str, Any]] | None = None) -> int:
         """Prompt tokens after the chat template (what counts against the context)."""
-        return len(self.encode_prompt(messages, settings))
+        return len(self.encode_prompt(messages, settings, tools=tools))
 
     def reset(self) -> None:
         """Forget the cached conversation prefix (the next call prefills from scratch)."""
@@ -354,14 +349,21 @@ class Engine:
     # ------------------------------------------------------------------ generation
 
     def generate(self, messages_or_prompt: list[Message] | str, settings: GenerationSettings | None = None,
-                 cancel: CancelToken | None = None,
-                 started_at: float | None = None) -> Iterator[GenerationEvent]:
+                 cancel: CancelToken | None = None, started_at: float | None = None, *,
+                 tools: list[dict[str, Any]] | None = None, logprobs: int | None = None,
+                 constraint: TokenConstraint | None = None) -> Iterator[GenerationEvent]:
         """Stream events for one answer. Raises :class:`ContextOverflowError` here, before any work.
 
         ``started_at`` is the ``time.perf_counter()`` moment the user asked (the app's Send): the
         time to first token counts from there, so the waiting before this call (a busy worker,
         counting tokens) is included; without it, it counts from this call. Either way it covers
         tokenization and prefill up to the first sampled token.
+
+        ``tools`` go to the chat template. ``logprobs=k`` (0..20) adds a :class:`TokenEvent` per generated
+        token (not for the EOS that ends the answer) before the text it produces, with the ``k`` most likely
+        alternatives. ``constraint`` (a :class:`runtime.constrained.TokenConstraint`) masks each step's logits
+        to its allowed tokens before sampling and is advanced with each sampled token; when it is finished
+        the answer ends with finish reason "stop". Either one runs the eager decode loop.
         """
         if self.model is None:
             raise TernaryError("the engine was closed")
@@ -369,22 +371,25 @@ class Engine:
         origin = started_at if started_at is not None and started_at <= t0 else t0
         if settings is not None:
             validate_generation_settings(settings)  # the same ranges as the app and the CLI
+        hooks = _hooks(logprobs, constraint)
         s = self.resolve_settings(settings)
-        return self._start(self.encode_prompt(messages_or_prompt, s), s, cancel, origin)
+        return self._start(self.encode_prompt(messages_or_prompt, s, tools=tools), s, cancel, origin, hooks)
 
     def generate_tokens(self, prompt_ids: list[int], settings: GenerationSettings | None = None,
-                        cancel: CancelToken | None = None) -> Iterator[GenerationEvent]:
+                        cancel: CancelToken | None = None, *, logprobs: int | None = None,
+                        constraint: TokenConstraint | None = None) -> Iterator[GenerationEvent]:
         """:meth:`generate` for a prompt that is already token ids (``ternary bench``, API servers):
-        the same loop, stops, statistics and errors, without the chat template."""
+        the same loop, stops, statistics, hooks and errors, without the chat template."""
         if self.model is None:
             raise TernaryError("the engine was closed")
         origin = time.perf_counter()
         if settings is not None:
             validate_generation_settings(settings)
+        hooks = _hooks(logprobs, constraint)
         vocab = self.model.vocab_size
         if any(not 0 <= int(t) < vocab for t in prompt_ids):
             raise TernaryError(f"prompt token ids must be in 0..{vocab - 1}")
-        return self._start([int(t) for t in prompt_ids], self.resolve_settings(settings), cancel, origin)
+        return self._start([int(t) for t in prompt_ids], self.resolve_settings(settings), cancel, origin, hooks)
 
     def decode_path(self) -> dict[str, Any]:
         """How decoding ran so far: CUDA graph or eager, graph replays, the fused step, fallbacks."""
@@ -396,7 +401,7 @@ class Engine:
                 "fallback_reason": dec.fallback_reason}
 
     def _start(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken | None,
-               origin: float) -> Iterator[GenerationEvent]:
+               origin: float, hooks: _Hooks | None = None) -> Iterator[GenerationEvent]:
         """Checks that must fail before any work (so the caller gets them from the call itself)."""
         ctx = self.model.max_positions
         if not prompt_ids:
@@ -408,10 +413,10 @@ class Engine:
                 f"larger context")
         if s.max_new_tokens < 1:
             raise TernaryError("max_new_tokens must be at least 1")
-        return self._generate(prompt_ids, s, cancel or CancelToken(), origin)
+        return self._generate(prompt_ids, s, cancel or CancelToken(), origin, hooks or _Hooks())
 
     def _generate(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken,
-                  origin: float) -> Iterator[GenerationEvent]:
+                  origin: float, hooks: _Hooks) -> Iterator[GenerationEvent]:
         while self._pending_notices:
             yield NoticeEvent(self._pending_notices.pop(0))
         model, dev = self.model, self.device
@@ -473,7 +478,7 @@ class Engine:
                 else:
                     # the first token needs no cache slot; each further one is fed at the next position
                     further = min(s.max_new_tokens - 1, ctx - len(prompt_ids))
-                    stream = self._token_stream(logits, prompt_ids, s, further)
+                    stream = self._token_stream(logits, prompt_ids, s, further, hooks)
                 t_step = time.perf_counter()
                 oom_retries = 0
                 exhausted = False  # the stream ended by itself: the context or max_new_tokens ran out
@@ -491,7 +496,7 @@ class Engine:
                         new_ctx = ctx // 2 // CTX_ALIGN * CTX_ALIGN
                         if oom_retries > 3 or new_ctx <= len(seq):
                             raise
-                        stream, ctx = self._resume_with_context(seq, s, new_ctx, len(generated)), new_ctx
+                        stream, ctx = self._resume_with_context(seq, s, new_ctx, len(generated), hooks), new_ctx
                         stats.context_length = ctx
                         yield NoticeEvent(f"Out of {dev.type.upper()} memory while generating: the context was "
                                           f"reduced to {ctx} tokens and the answer continues.")
@@ -506,6 +511,8 @@ class Engine:
                         finish = "stop"
                         break
                     generated.append(tok)
+                    if hooks.logprobs is not None and hooks.last is not None:
+                        yield self._token_event(tok, hooks.last)
                     stopped = False
                     for piece in splitter.add(tok):
                         if piece.channel != last_channel:
@@ -524,6 +531,9 @@ class Engine:
                             break
                     if stopped:
                         finish = "stop_string"
+                        break
+                    if hooks.constraint is not None and hooks.constraint.is_finished():
+                        finish = "stop"
                         break
                     if len(generated) >= s.max_new_tokens:
                         finish = "length"
@@ -584,13 +594,14 @@ class Engine:
         yield DoneEvent(stats=stats, text="".join(texts["answer"]), thinking="".join(texts["thinking"]))
 
     def _resume_with_context(self, seq: list[int], s: GenerationSettings, new_ctx: int,
-                             done: int) -> Iterator[int]:
+                             done: int, hooks: _Hooks) -> Iterator[int]:
         """After an OOM: reallocate the cache for ``new_ctx`` tokens, prefill ``seq`` again, and
         return a token stream that continues the answer (``done`` tokens of it already exist)."""
         model = self.model
         self._cached_tokens = []
         self._end_logits = None
         self._decoder = None  # its step and graphs hold the old cache buffers: rebuilt on next use
+        self._cpu_step, self._cpu_step_built = None, False
         if self.device.type == "cuda":
             from runtime.prefill import release_graphs
 
@@ -606,43 +617,76 @@ class Engine:
             logits = self._forward(part, start)
             self._cached_tokens.extend(part)
         further = min(s.max_new_tokens - done - 1, new_ctx - len(seq))
-        return self._token_stream(logits, seq, s, max(0, further))
+        return self._token_stream(logits, seq, s, max(0, further), hooks)
 
     def _token_stream(self, logits: torch.Tensor, prompt_ids: list[int], s: GenerationSettings,
-                      further: int) -> Iterator[int]:
+                      further: int, hooks: _Hooks) -> Iterator[int]:
         """Sampled token ids: the first from the prefill logits, then up to ``further`` more.
 
         Asking for the next token runs the forward pass of the previous one (writing its K/V), so
-        a consumer that stops asking never computes a token it does not want.
+        a consumer that stops asking never computes a token it does not want. With logprobs requested,
+        ``hooks.last`` holds the yielded token's; a constraint is advanced before the token is yielded.
         """
-        if self.graph_decode:
+        if self.graph_decode and hooks.logprobs is None and hooks.constraint is None:
             yield from self._graph_token_stream(logits, prompt_ids, s, further)
             return
-        sampler = Sampler(s, self.model.vocab_size, prompt_ids, self.device)
-        tok = sampler.sample(logits[-1])
-        sampler.observe(tok)
+        sampler = TokenSampler(self.model.vocab_size, self.device)
+        sampler.configure(s, prompt_ids)
+        eos = set() if s.ignore_eos else self.tokenizer.eos_token_ids
+        constraint = hooks.constraint
+
+        def pick(row: torch.Tensor) -> int:
+            allowed = None
+            if constraint is not None:
+                allowed = constraint.allowed_tokens()
+                if not bool(allowed.any()):
+                    raise TernaryError("the output constraint allows no next token")
+            tok = sampler.sample(row, allowed)
+            if hooks.logprobs is not None:
+                hooks.last = token_logprobs(row[: self.model.vocab_size], tok, hooks.logprobs)
+            if constraint is not None and tok not in eos:
+                constraint.advance(tok)
+            return tok
+
+        tok = pick(logits[-1])
         yield tok
         pos = len(prompt_ids)
         with _cpu_decode_threads(self.device):
             for _ in range(further):
-                logits = self._forward([tok], pos)
+                row = self._forward([tok], pos)[-1]
                 self._cached_tokens.append(tok)
                 pos += 1
-                tok = sampler.sample(logits[-1])
-                sampler.observe(tok)
+                tok = pick(row)
                 yield tok
+
+    def _cpu_decode_step(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+        """``runtime.kernels.cpu.decode_step``'s one-token step for this model (the same K/V writes and
+        logits as ``model.forward``, faster), built once per model and cache; ``None``: use the forward."""
+        if not self._cpu_step_built:
+            self._cpu_step_built = True
+            try:
+                from runtime.kernels.cpu.decode_step import cpu_decode_step
+            except ImportError:
+                cpu_decode_step = None
+            self._cpu_step = cpu_decode_step(self.model) if cpu_decode_step is not None else None
+        return self._cpu_step
+
+    def _token_event(self, tok: int, info: tuple[float, list[tuple[int, float]]]) -> TokenEvent:
+        logprob, top = info
+        token_bytes = self.tokenizer.token_bytes
+        return TokenEvent(tok, token_bytes(tok), logprob, [(i, token_bytes(i), v) for i, v in top])
 
     def _graph_token_stream(self, logits: torch.Tensor, prompt_ids: list[int], s: GenerationSettings,
                             further: int) -> Iterator[int]:
         """Same contract through :class:`runtime.gpu_decode.GraphDecoder` (one step in flight)."""
         if self._decoder is None:
-            from runtime.gpu_decode_qwen35 import fused_decode_step, graph_decoder_for
+            from runtime.gpu_decode import graph_decoder_for
 
             model = self.model
-            fused = fused_decode_step(model)
+            fused = model.decode_step()
             self._fused_step = fused is not None
             step = fused or (lambda tok, pos: model(tok, pos)[-1])
-            self._decoder = graph_decoder_for(model, step, self.device)  # hybrid: warm-up keeps its state
+            self._decoder = graph_decoder_for(model, step, self.device)  # recurrent state: warm-up keeps it
         dec = self._decoder
         dec.configure(s, prompt_ids)
         prev = dec.sample_first(logits[-1])
@@ -663,7 +707,8 @@ class Engine:
 
         With CUDA graphs on (``graph_decode``) a prompt chunk goes through the model's shared
         :class:`runtime.prefill.GraphPrefill` (padded, graph-captured; it falls back to this eager
-        forward by itself for models it cannot capture and re-captures after ``setup_cache``).
+        forward by itself for models it cannot capture and re-captures after ``setup_cache``). One token
+        on the CPU goes through ``runtime.kernels.cpu.decode_step`` when it supports the model.
         """
         dev = self.device
         if len(tokens) > 1 and self.graph_decode and dev.type == "cuda":
@@ -672,6 +717,10 @@ class Engine:
             return graph_prefill_runner(self.model, self._prefill_chunk())(tokens, start)
         ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long, device=dev)
+        if len(tokens) == 1 and dev.type == "cpu":
+            step = self._cpu_decode_step()  # same K/V writes and logits, faster
+            if step is not None:
+                return step(ids, pos).reshape(1, -1)
         return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)
 
     # ------------------------------------------------------------------ memory
@@ -744,6 +793,27 @@ def _cpu_decode_threads(dev: torch.device) -> Iterator[None]:
         cpu_ternary.set_kernel_threads(0)
 
 
+@dataclass
+class _Hooks:
+    """A generation's token-level requests: ``logprobs`` (``None``: no :class:`TokenEvent`), a constraint,
+    and the last sampled token's ``(logprob, [(id, logprob), ...])`` the token stream leaves for the loop."""
+
+    logprobs: int | None = None
+    constraint: Any = None
+    last: tuple[float, list[tuple[int, float]]] | None = None
+
+
+def _hooks(logprobs: Any, constraint: Any) -> _Hooks:
+    if logprobs is not None and (isinstance(logprobs, bool) or not isinstance(logprobs, int)
+                                 or not 0 <= logprobs <= MAX_TOP_LOGPROBS):
+        raise InvalidSettingError(f"logprobs must be a whole number from 0 to {MAX_TOP_LOGPROBS} (the number of "
+                                  f"alternatives per token), or None; got {logprobs!r}", "logprobs")
+    if constraint is not None and not all(callable(getattr(constraint, name, None))
+                                          for name in ("allowed_tokens", "advance", "is_finished")):
+        raise TernaryError("constraint must have allowed_tokens(), advance(token_id) and is_finished()")
+    return _Hooks(logprobs, constraint)
+
+
 def _read_model(path: Path) -> ModelData:
     from runtime.formats.loader import load_model
 
@@ -752,8 +822,6 @@ def _read_model(path: Path) -> ModelData:
 
 def _model_class(arch: str) -> Any:
     """The forward-pass class for an architecture, from its ArchSpec (imported only when needed)."""
-    from runtime.formats.arch import get_arch
-
     return get_arch(arch).load_model_class()
 
 

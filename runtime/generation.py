@@ -86,7 +86,20 @@ class NoticeEvent:
     message: str
 
 
-GenerationEvent = TextEvent | DoneEvent | NoticeEvent
+@dataclass
+class TokenEvent:
+    """One sampled token with its log-probabilities; emitted only when logprobs were requested
+    (``Engine.generate(..., logprobs=k)``), before the :class:`TextEvent` its text produces."""
+
+    token_id: int
+    token_bytes: bytes  # the token's own bytes (may be part of a UTF-8 character)
+    # log_softmax of the model's raw logits (temperature 1, no penalties, no top-k/p, no constraint mask),
+    # as vLLM reports by default
+    logprob: float
+    top: list[tuple[int, bytes, float]] = field(default_factory=list)  # k best (id, bytes, logprob), best first
+
+
+GenerationEvent = TextEvent | DoneEvent | NoticeEvent | TokenEvent
 
 
 class CancelToken:

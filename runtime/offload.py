@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from runtime.kernels.ternary_embedding import DenseEmbedding, TernaryEmbedding
 from runtime.planner import OffloadCosts, Plan
 
 _ALIGN = 256
@@ -125,11 +126,18 @@ class StreamedLayer(torch.nn.Module):
         self.index = index
         object.__setattr__(self, "_streamer", streamer)  # not a submodule (no recursion in .to())
 
+    def before(self) -> None:
+        """Wait until this layer's weights are in its staging slot (and start fetching the next)."""
+        self._streamer.before(self.index)  # type: ignore[operator]
+
+    def after(self) -> None:
+        """Mark this layer's slot free for the layer after next (call when its kernels are queued)."""
+        self._streamer.after(self.index)  # type: ignore[operator]
+
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        st: LayerStreamer = self._streamer  # type: ignore[assignment]
-        st.before(self.index)
+        self.before()
         out = self.block(*args, **kwargs)
-        st.after(self.index)
+        self.after()
         return out
 
 
@@ -426,15 +434,15 @@ class MappedHostEmbedding(HostEmbedding):
             import runtime.kernels.triton.gather  # noqa: F401
         except ImportError:
             return False
-        kind = type(embed).__name__
-        return kind == "DenseEmbedding" or (kind == "TernaryEmbedding" and embed.encoding in ("t2", "t3"))
+        return isinstance(embed, DenseEmbedding) or (isinstance(embed, TernaryEmbedding)
+                                                     and embed.encoding in ("t2", "t3"))
 
     def forward(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:  # type: ignore[override]
         from runtime.kernels.triton.gather import gather_rows
 
         ids = ids.to(self.device).reshape(-1)
         e = self.inner
-        if type(e).__name__ == "DenseEmbedding":
+        if isinstance(e, DenseEmbedding):
             return gather_rows(ids, dtype, dense=e.weight)
         return gather_rows(ids, dtype, codes=e.codes, scales=e.scales, group_size=e.group_size, encoding=e.encoding)
 

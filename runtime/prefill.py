@@ -128,7 +128,7 @@ def graph_unsupported_reason(model: Any) -> str | None:
     if not isinstance(model, Qwen3Model):
         return f"prefill graphs support the Qwen3 dense model only, not {type(model).__name__}"
     for i, layer in enumerate(model.layers):
-        if type(layer) is not Qwen3Block:  # StreamedLayer / HostComputedLayer (offload) wrap the block
+        if not isinstance(layer, Qwen3Block):  # StreamedLayer / HostComputedLayer (offload) wrap the block
             return f"layer {i} is offloaded ({type(layer).__name__})"
     dev = torch.device(model.device)
     if dev.type != "cuda":

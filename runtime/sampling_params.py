@@ -4,10 +4,10 @@ Why one module: the app refused temperature -1 while ``ternary generate --temper
 and ``--temperature nan`` crashed deep in the sampler; limits that live in two places drift. The
 app's settings (``app.core.settings_model.LIMITS``), the CLI's argparse types (:func:`cli_type`) and
 the engine (:func:`validate_generation_settings`, called by ``Engine.generate`` and the
-:class:`~runtime.sampling.Sampler`) all read :data:`RULES`. No torch import: the app's settings
+:class:`~runtime.sampling.TokenSampler`) all read :data:`RULES`. No torch import: the app's settings
 model loads this without the runtime.
 
-Seeds: ``torch.Generator.manual_seed`` (CPU sampler) and ``torch.cuda.manual_seed`` (GPU decoder)
+Seeds: ``torch.Generator.manual_seed`` (eager sampler) and ``torch.cuda.manual_seed`` (CUDA-graph decoder)
 take any integer in 0 .. 2**64 - 1, so that is the range; 2**64 raises inside torch.
 """
 

@@ -36,6 +36,7 @@ from runtime.formats.model_data import (
     TokenizerData,
 )
 from runtime.model.config import SYNTHETIC_CONFIGS, ModelConfig
+from runtime.tokenizer import byte_level_alphabet
 
 DEFAULT_GROUP_SIZE = 128
 # Rows generated per chunk: bounds the temporary int64 index tensor to ~64 MB for any width.
@@ -265,7 +266,7 @@ def byte_level_tokenizer_json() -> str:
 
     from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS
 
-    byte_to_char = _bytes_to_unicode()
+    byte_to_char = byte_level_alphabet()
     vocab = {byte_to_char[b]: b for b in range(256)}
     if set(vocab) != set(pre_tokenizers.ByteLevel.alphabet()):
         raise AssertionError("byte alphabet mismatch with tokenizers' ByteLevel")
@@ -276,19 +277,6 @@ def byte_level_tokenizer_json() -> str:
     normalizer, pre_tokenizer, _ignore_merges = PRE_TOKENIZERS["qwen2"]
     doc["normalizer"], doc["pre_tokenizer"] = normalizer, pre_tokenizer
     return json.dumps(doc, ensure_ascii=False)
-
-
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> printable character map (the ByteLevel pre-tokenizer's alphabet)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
 
 
 def synthetic_tokenizer() -> TokenizerData:

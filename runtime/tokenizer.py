@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -23,6 +25,28 @@ from runtime.formats.model_data import TokenizerData
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 REPLACEMENT_CHAR = "\ufffd"
+
+
+@functools.lru_cache(maxsize=1)
+def byte_level_alphabet() -> dict[int, str]:
+    """GPT-2's byte -> printable character map: how byte-level BPE (Qwen, Llama 3) writes each byte in
+    its vocabulary. :func:`byte_level_decoder` is the reverse."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+@functools.lru_cache(maxsize=1)
+def byte_level_decoder() -> dict[str, int]:
+    """The printable character of GPT-2's byte-level alphabet -> the byte it stands for."""
+    return {c: b for b, c in byte_level_alphabet().items()}
 
 
 class Tokenizer:
@@ -72,6 +96,50 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = True) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes a token stands for (API logprobs report them; may be part of a UTF-8 character):
+        added/special tokens as their text, byte-level BPE pieces through GPT-2's alphabet,
+        SentencePiece byte tokens (``<0x0A>``) as that byte and ``\u2581`` as a space. Cached per id."""
+        cache = self.__dict__.setdefault("_bytes_cache", {})
+        out = cache.get(token_id)
+        if out is None:
+            out = cache[token_id] = self._token_bytes(token_id)
+        return out
+
+    def _token_bytes(self, token_id: int) -> bytes:
+        piece = self.id_to_token(token_id)
+        if piece is None:
+            return b""
+        if token_id in self.added_token_ids:
+            return piece.encode("utf-8")
+        table = byte_level_decoder()
+        if self.byte_level and all(c in table for c in piece):
+            return bytes(table[c] for c in piece)
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return piece.replace("\u2581", " ").encode("utf-8")
+
+    @functools.cached_property
+    def added_token_ids(self) -> frozenset[int]:
+        """Ids of the tokenizer.json's added (special and user) tokens: their text is not byte-encoded."""
+        doc = json.loads(self.data.tokenizer_json)
+        return frozenset(int(t["id"]) for t in doc.get("added_tokens") or []
+                         if isinstance(t, dict) and isinstance(t.get("id"), int))
+
+    @functools.cached_property
+    def byte_level(self) -> bool:
+        """Whether the decoder is GPT-2 style byte-level (Qwen, Llama 3), searched through Sequence decoders."""
+        def has(part: object) -> bool:
+            if not isinstance(part, dict):
+                return False
+            if part.get("type") == "ByteLevel":
+                return True
+            return any(has(p) for p in part.get("decoders") or part.get("pretokenizers") or [])
+        return has(json.loads(self.data.tokenizer_json).get("decoder"))
 
     def special_tokens_map(self) -> dict[str, str]:
         """``bos_token``/``eos_token``/``pad_token`` strings, as HF passes them to chat templates."""

@@ -284,7 +284,7 @@ def build_settings(settings_type: type, data: dict[str, Any], reset: list[str]) 
     """
     s = settings_type()
     for f in dataclasses.fields(settings_type):
-        if f.name in ("sampling", "last_model", "local_models", "first_run_done"):
+        if f.name in ("sampling", "last_model", "local_models", "first_run_done", "remotes"):
             continue
         setattr(s, f.name, build_section(type(getattr(s, f.name)), data.get(f.name, _MISSING), f.name, reset))
     sampling = data.get("sampling", _MISSING)
@@ -306,6 +306,15 @@ def build_settings(settings_type: type, data: dict[str, Any], reset: list[str]) 
     elif local is not _MISSING:  # one bad entry: the list is not what the user had, keep none of it
         s.local_models = [p for p in local if isinstance(p, str)] if isinstance(local, list) else []
         reset.append("local_models")
+    remotes = data.get("remotes", _MISSING)
+    if isinstance(remotes, dict):
+        for name, url in remotes.items():
+            if isinstance(url, str) and settings_type.check_remote(str(name), url) is None:
+                s.remotes[str(name)] = url
+            else:
+                reset.append(f"remotes[{name}]")
+    elif remotes is not _MISSING and remotes is not None:
+        reset.append("remotes")
     done = data.get("first_run_done", _MISSING)
     if isinstance(done, bool):
         s.first_run_done = done

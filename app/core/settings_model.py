@@ -159,12 +159,62 @@ class InterfaceSettings:
 
 
 @dataclass
+class ServerSettings:
+    """Settings → Local server: the app serves its loaded model over the OpenAI/Anthropic APIs.
+
+    The API key is not here: it lives in the keyring (:mod:`app.core.secrets`). A host other than a
+    loopback address is refused by the server without one (checked when it starts).
+    """
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 8731
+
+    def validate(self) -> list[tuple[str, str]]:
+        errors = []
+        if not isinstance(self.enabled, bool):
+            errors.append(("enabled", "enabled must be true or false."))
+        if not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+            errors.append(("port", "The port must be a whole number from 1 to 65535."))
+        if not isinstance(self.host, str) or not self.host.strip() or any(c.isspace() for c in self.host.strip()):
+            errors.append(("host", "The host must be an address such as 127.0.0.1."))
+        return errors
+
+    @property
+    def loopback(self) -> bool:
+        """True when only this computer can reach the server (no API key needed)."""
+        from runtime.server.config import is_loopback
+
+        return is_loopback(self.host)
+
+    @property
+    def url(self) -> str:
+        host = self.host.strip()
+        return f"http://{'[' + host + ']' if ':' in host else host}:{self.port}"
+
+
+def check_remote(name: str, url: str) -> str | None:
+    """Why a remote backend entry is invalid, or None."""
+    if not name.strip() or "#" in name:
+        return "A remote needs a name without '#'."
+    from app.core.remote import normalize_base_url
+
+    try:
+        normalize_base_url(url)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass
 class AppSettings:
     """Everything persisted in ``settings.json``."""
 
     hardware: HardwareSettings = field(default_factory=HardwareSettings)
     downloads: DownloadSettings = field(default_factory=DownloadSettings)
     interface: InterfaceSettings = field(default_factory=InterfaceSettings)
+    server: ServerSettings = field(default_factory=ServerSettings)
+    remotes: dict[str, str] = field(default_factory=dict)  # remote backend name -> base URL (keys: keyring)
     sampling: dict[str, SamplingSettings] = field(default_factory=dict)  # model key -> overrides
     last_model: str = ""
     local_models: list[str] = field(default_factory=list)  # imported files/folders, loadable in place
@@ -172,6 +222,7 @@ class AppSettings:
 
     # What :mod:`app.core.settings_file` builds sections and checks versions with (passed, not imported).
     SAMPLING_TYPE: ClassVar[type[SamplingSettings]] = SamplingSettings
+    check_remote: ClassVar[Any] = staticmethod(check_remote)
     VERSION: ClassVar[int] = SETTINGS_VERSION
 
     # -- per-model sampling --------------------------------------------------------------------
@@ -193,8 +244,12 @@ class AppSettings:
     def validate(self) -> list[tuple[str, str]]:
         """(field path, explanation) for every invalid value; empty when all is well."""
         errors = []
-        for section in ("hardware", "downloads", "interface"):
+        for section in ("hardware", "downloads", "interface", "server"):
             errors += [(f"{section}.{name}", why) for name, why in getattr(self, section).validate()]
+        for remote, url in self.remotes.items():
+            problem = check_remote(remote, url)
+            if problem:
+                errors.append((f"remotes[{remote}]", problem))
         for key, s in self.sampling.items():
             errors += [(f"sampling[{key}].{name}", why) for name, why in s.validate()]
         return errors
@@ -249,6 +304,8 @@ def model_key(path: str) -> str:
     folders shared one set of overrides. Keys written by older versions (a bare name) are moved to
     the path of the first model of that name that is loaded (:meth:`MainWindow.adopt_name_keyed_sampling`).
     """
+    if path.startswith("remote:"):  # a remote model (app.core.remote.remote_ref) is its own key
+        return path
     return str(Path(path).expanduser().resolve()) if path else ""
 
 

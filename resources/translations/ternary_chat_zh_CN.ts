@@ -408,6 +408,10 @@
             <translation>提示词词元数</translation>
         </message>
         <message>
+            <source>Local API server</source>
+            <translation>本地 API 服务器</translation>
+        </message>
+        <message>
             <source>VRAM (app)</source>
             <translation>显存（本应用）</translation>
         </message>
@@ -440,12 +444,36 @@
             <translation>提示词</translation>
         </message>
         <message>
+            <source>API server</source>
+            <translation>API 服务器</translation>
+        </message>
+        <message>
             <source>Speed and memory of the last generations</source>
             <translation>最近几次生成的速度与内存</translation>
         </message>
         <message>
             <source>No model loaded</source>
             <translation>未加载模型</translation>
+        </message>
+        <message>
+            <source>off</source>
+            <translation>关闭</translation>
+        </message>
+        <message>
+            <source>%1 requests · %2 tok/s</source>
+            <translation>%1 个请求 · %2 词元/秒</translation>
+        </message>
+        <message>
+            <source>busy</source>
+            <translation>忙碌</translation>
+        </message>
+        <message>
+            <source>remote: not reported</source>
+            <translation>远程：未报告</translation>
+        </message>
+        <message>
+            <source>The model runs on the remote server; its memory is the remote's and OpenAI-compatible servers do not report it.</source>
+            <translation>模型运行在远程服务器上；内存是远程服务器的，OpenAI 兼容服务器不会报告它。</translation>
         </message>
         <message>
             <source>%1 tok/s</source>
@@ -1084,6 +1112,38 @@
             <translation>（已导入）</translation>
         </message>
         <message>
+            <source>(remote: %1)</source>
+            <translation>（远程：%1）</translation>
+        </message>
+        <message>
+            <source>Could not list the models of the remote %1: %2</source>
+            <translation>无法列出远程 %1 的模型：%2</translation>
+        </message>
+        <message>
+            <source>Questions about documents and summaries need a local model: a remote server cannot count tokens for the app.</source>
+            <translation>文档问答和摘要需要本地模型：远程服务器无法为应用计算词元数。</translation>
+        </message>
+        <message>
+            <source>The local server did not start: %1</source>
+            <translation>本地服务器未能启动：%1</translation>
+        </message>
+        <message>
+            <source>Local API server at %1</source>
+            <translation>本地 API 服务器位于 %1</translation>
+        </message>
+        <message>
+            <source>Waiting for an API request to finish…</source>
+            <translation>正在等待一个 API 请求完成…</translation>
+        </message>
+        <message>
+            <source>waiting for an API request to finish…</source>
+            <translation>正在等待一个 API 请求完成…</translation>
+        </message>
+        <message>
+            <source>Generating…</source>
+            <translation>正在生成…</translation>
+        </message>
+        <message>
             <source>No models yet — open Models… to download or import one</source>
             <translation>还没有模型 — 打开“模型…”下载或导入</translation>
         </message>
@@ -1094,6 +1154,10 @@
         <message>
             <source>Loading: %1</source>
             <translation>加载中：%1</translation>
+        </message>
+        <message>
+            <source>%1 on the remote %2 (%3)</source>
+            <translation>%1，位于远程 %2（%3）</translation>
         </message>
         <message>
             <source>%1 on %2 · context %3 tokens</source>
@@ -1902,6 +1966,236 @@
         </message>
     </context>
     <context>
+        <name>RemotesPage</name>
+        <message>
+            <source>Chat with a model served by another machine: another Ternary Chat, llama-server, vLLM, SGLang, Ollama or any OpenAI-compatible server. Its models appear in the model picker.</source>
+            <translation>与另一台机器提供的模型对话：另一个 Ternary Chat、llama-server、vLLM、SGLang、Ollama 或任何 OpenAI 兼容服务器。其模型会出现在模型选择器中。</translation>
+        </message>
+        <message>
+            <source>Remote backends</source>
+            <translation>远程后端</translation>
+        </message>
+        <message>
+            <source>Remote name</source>
+            <translation>远程名称</translation>
+        </message>
+        <message>
+            <source>e.g. workstation</source>
+            <translation>例如 workstation</translation>
+        </message>
+        <message>
+            <source>Remote address</source>
+            <translation>远程地址</translation>
+        </message>
+        <message>
+            <source>Remote API key</source>
+            <translation>远程 API 密钥</translation>
+        </message>
+        <message>
+            <source>optional; kept in the system keyring</source>
+            <translation>可选；保存在系统密钥环中</translation>
+        </message>
+        <message>
+            <source>Name</source>
+            <translation>名称</translation>
+        </message>
+        <message>
+            <source>Address</source>
+            <translation>地址</translation>
+        </message>
+        <message>
+            <source>API key</source>
+            <translation>API 密钥</translation>
+        </message>
+        <message>
+            <source>Add or update</source>
+            <translation>添加或更新</translation>
+        </message>
+        <message>
+            <source>Remove</source>
+            <translation>移除</translation>
+        </message>
+        <message>
+            <source>Remove the remote</source>
+            <translation>移除该远程</translation>
+        </message>
+        <message>
+            <source>List models</source>
+            <translation>列出模型</translation>
+        </message>
+        <message>
+            <source>List the remote's models again</source>
+            <translation>重新列出远程的模型</translation>
+        </message>
+        <message>
+            <source>Remote message</source>
+            <translation>远程消息</translation>
+        </message>
+        <message>
+            <source>error: %1</source>
+            <translation>错误：%1</translation>
+        </message>
+        <message>
+            <source>%1 models</source>
+            <translation>%1 个模型</translation>
+        </message>
+        <message>
+            <source>not listed yet (Apply, then List models)</source>
+            <translation>尚未列出（先点“应用”，再点“列出模型”）</translation>
+        </message>
+        <message>
+            <source>No secure keyring is available: the key is kept in memory until the app closes.</source>
+            <translation>没有可用的安全密钥环：密钥仅保存在内存中，直到应用关闭。</translation>
+        </message>
+        <message>
+            <source>%1 added: click Apply or OK to list its models.</source>
+            <translation>已添加 %1：点击“应用”或“确定”以列出其模型。</translation>
+        </message>
+        <message>
+            <source>%1 removed.</source>
+            <translation>已移除 %1。</translation>
+        </message>
+        <message>
+            <source>Listing the models…</source>
+            <translation>正在列出模型…</translation>
+        </message>
+        <message>
+            <source>Click Apply first.</source>
+            <translation>请先点击“应用”。</translation>
+        </message>
+    </context>
+    <context>
+        <name>ServerPage</name>
+        <message>
+            <source>Serve the loaded model to other programs (OpenAI and Anthropic APIs)</source>
+            <translation>向其他程序提供已加载的模型（OpenAI 和 Anthropic API）</translation>
+        </message>
+        <message>
+            <source>Local server on</source>
+            <translation>开启本地服务器</translation>
+        </message>
+        <message>
+            <source>Server address</source>
+            <translation>服务器地址</translation>
+        </message>
+        <message>
+            <source>127.0.0.1: only this computer can connect. Another address (e.g. 0.0.0.0) lets other computers connect and needs an API key.</source>
+            <translation>127.0.0.1：只有本机可以连接。其他地址（例如 0.0.0.0）允许其他计算机连接，并且需要 API 密钥。</translation>
+        </message>
+        <message>
+            <source>Address</source>
+            <translation>地址</translation>
+        </message>
+        <message>
+            <source>Server port</source>
+            <translation>服务器端口</translation>
+        </message>
+        <message>
+            <source>Port</source>
+            <translation>端口</translation>
+        </message>
+        <message>
+            <source>API key status</source>
+            <translation>API 密钥状态</translation>
+        </message>
+        <message>
+            <source>type a new key</source>
+            <translation>输入新密钥</translation>
+        </message>
+        <message>
+            <source>New API key</source>
+            <translation>新的 API 密钥</translation>
+        </message>
+        <message>
+            <source>Save</source>
+            <translation>保存</translation>
+        </message>
+        <message>
+            <source>Save the API key in the keyring</source>
+            <translation>将 API 密钥保存到密钥环</translation>
+        </message>
+        <message>
+            <source>Remove</source>
+            <translation>移除</translation>
+        </message>
+        <message>
+            <source>Remove the API key</source>
+            <translation>移除 API 密钥</translation>
+        </message>
+        <message>
+            <source>API key</source>
+            <translation>API 密钥</translation>
+        </message>
+        <message>
+            <source>Server URL</source>
+            <translation>服务器 URL</translation>
+        </message>
+        <message>
+            <source>Copy</source>
+            <translation>复制</translation>
+        </message>
+        <message>
+            <source>Copy the server URL</source>
+            <translation>复制服务器 URL</translation>
+        </message>
+        <message>
+            <source>URL</source>
+            <translation>URL</translation>
+        </message>
+        <message>
+            <source>Server state</source>
+            <translation>服务器状态</translation>
+        </message>
+        <message>
+            <source>Clients use the URL above with /v1 (OpenAI) or /v1/messages (Anthropic). The key is kept in the system keyring, never in the settings file. API requests and your own chat take turns on the model.</source>
+            <translation>客户端使用上面的 URL 加 /v1（OpenAI）或 /v1/messages（Anthropic）。密钥保存在系统密钥环中，绝不写入设置文件。API 请求与您自己的对话轮流使用模型。</translation>
+        </message>
+        <message>
+            <source>The address must be a host name or IP address such as 127.0.0.1.</source>
+            <translation>地址必须是主机名或 IP 地址，例如 127.0.0.1。</translation>
+        </message>
+        <message>
+            <source>Set an API key first: a server on %1 can be reached from other computers.</source>
+            <translation>请先设置 API 密钥：位于 %1 的服务器可被其他计算机访问。</translation>
+        </message>
+        <message>
+            <source>stored: ••••••••</source>
+            <translation>已保存：••••••••</translation>
+        </message>
+        <message>
+            <source>none</source>
+            <translation>无</translation>
+        </message>
+        <message>
+            <source>Running at %1, serving %2.</source>
+            <translation>正在 %1 运行，提供 %2。</translation>
+        </message>
+        <message>
+            <source>Not running: %1</source>
+            <translation>未运行：%1</translation>
+        </message>
+        <message>
+            <source>Not running.</source>
+            <translation>未运行。</translation>
+        </message>
+        <message>
+            <source>It starts when a local model is loaded.</source>
+            <translation>加载本地模型后启动。</translation>
+        </message>
+        <message>
+            <source>Type a key first.</source>
+            <translation>请先输入密钥。</translation>
+        </message>
+        <message>
+            <source>API key saved in the system keyring.</source>
+            <translation>API 密钥已保存到系统密钥环。</translation>
+        </message>
+        <message>
+            <source>No secure keyring is available: the key is kept in memory until the app closes.</source>
+            <translation>没有可用的安全密钥环：密钥仅保存在内存中，直到应用关闭。</translation>
+        </message>
+    </context>
+    <context>
         <name>SettingsDialog</name>
         <message>
             <source>Settings</source>
@@ -1922,6 +2216,14 @@
         <message>
             <source>Downloads</source>
             <translation>下载</translation>
+        </message>
+        <message>
+            <source>Local server</source>
+            <translation>本地服务器</translation>
+        </message>
+        <message>
+            <source>Remote backends</source>
+            <translation>远程后端</translation>
         </message>
         <message>
             <source>Interface</source>

@@ -28,6 +28,8 @@ SUBCOMMAND_MODULES = [
     "download",
     "verify",
     "token",
+    "serve",
+    "export",
     "app.knowledge.cli",  # ternary kb
 ]
 

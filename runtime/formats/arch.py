@@ -40,7 +40,7 @@ Shape = tuple[int, ...]
 # and ``model_type``) -> the module that declares it with :func:`register_arch` (imported on first use).
 ARCH_MODULES: dict[str, tuple[str, ...]] = {
     "runtime.model.qwen3": ("qwen3", "Qwen3ForCausalLM"),
-    "runtime.formats.arch_qwen35": ("qwen35", "qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration",
+    "runtime.model.qwen35.spec": ("qwen35", "qwen3_5", "qwen3_5_text", "Qwen3_5ForConditionalGeneration",
                                     "Qwen3_5ForCausalLM"),
     "runtime.model.llama": ("llama", "LlamaForCausalLM"),
 }
@@ -49,6 +49,15 @@ ARCH_MODULES: dict[str, tuple[str, ...]] = {
 # the file stores non-ternary floats); "norm": a 1-D scale near 1.0. Architectures add their own
 # roles for other tensors (qwen35: "proj_bf16", "conv", "a", "a_log", "dt_bias", "gated_norm").
 TERNARY, NORM = "ternary", "norm"
+
+# PrismML's recommended sampling for the Ternary Bonsai 1.7B/4B/8B (model cards, demo scripts): the
+# fallback for every setting a model file does not give, unless the architecture's spec says otherwise.
+DEFAULT_SAMPLING: dict[str, float] = {"temperature": 0.5, "top_p": 0.85, "top_k": 20, "min_p": 0.0,
+                                      "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
+
+
+def default_sampling(config: ModelConfig) -> dict[str, float]:
+    return dict(DEFAULT_SAMPLING)
 
 
 @dataclass(frozen=True)
@@ -93,6 +102,10 @@ class ArchSpec:
     tensor_to_gguf: Callable[[str, Tensor, ModelConfig], tuple[str, Tensor]] | None = None
     # canonical shape of a GGUF tensor when the layout differs (e.g. conv [C, K] -> [C, 1, K])
     shape_from_gguf: Callable[[str, Shape], Shape] | None = None
+    # chat defaults for what the model file does not say: sampling (config -> settings) and whether a
+    # chat turns thinking on (PrismML: the dense Bonsai were not trained to think; the hybrids are)
+    sampling_defaults: Callable[[ModelConfig], dict[str, float]] = default_sampling
+    thinking_default: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def expected_shapes(self, config: ModelConfig) -> dict[str, Shape]:

@@ -4,7 +4,7 @@ Why one module: ``.ternary`` headers, GGUF metadata, ``config.json``, ``generati
 and tokenizer entries are untrusted. Converting fields with ``int()``/``float()`` where they are
 read let a string, NaN, ``1e400`` or 10**7 layers surface as a TypeError, an OverflowError, a
 gigabyte-sized table of expected tensors, or a crash later in ``generate``. Every reader
-(``ternary_file``, ``gguf``, ``hf``, ``arch``, ``arch_qwen35``) reads fields through
+(``ternary_file``, ``gguf``, ``hf``, ``arch``, ``model.qwen35.spec``) reads fields through
 :class:`Fields` (type and sane range, message naming the file and the field), finishes with
 :func:`validate_config` (relations between fields) and, before building anything per layer,
 :func:`check_layer_count` against the file's own tensor table.

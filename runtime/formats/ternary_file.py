@@ -48,6 +48,7 @@ from runtime.formats.config_schema import (
 )
 from runtime.formats.dtype_check import check_float_values
 from runtime.formats.file_checks import require_file
+from runtime.formats.mmap_pages import release
 from runtime.formats.model_data import (
     T2,
     T3,
@@ -455,6 +456,12 @@ class TernaryFile:
     @property
     def source_format(self) -> str:
         return "ternary"
+
+    def release_pages(self, name: str) -> None:
+        """Give back the mapped pages of tensor ``name`` once a reader is done with it (export, convert)."""
+        e = self.entries.get(name)
+        if e is not None:
+            release(self._mm, int(e.get("offset", 0)), int(e.get("nbytes", 0)))
 
     def close(self) -> None:
         """Drop this object's reference to the mapping (views keep it alive until they go)."""

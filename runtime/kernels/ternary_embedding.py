@@ -63,4 +63,22 @@ class DenseEmbedding(torch.nn.Module):
         return F.embedding(ids, self.weight).to(dtype)
 
 
-__all__ = ["DenseEmbedding", "TernaryEmbedding"]
+def model_embedding(tensors: dict, hidden_size: int, device: torch.device | str, dtype: torch.dtype,
+                    placement: object | None = None) -> tuple[torch.nn.Module, int]:
+    """The token embedding of a model (``model.embed_tokens.weight``), on the placement's embedding device
+    and wrapped by it when the model is offloaded; returns (module, vocabulary size). Every architecture
+    builds it the same way, so it is built here once."""
+    from runtime.errors import ModelFormatError
+
+    embed = tensors["model.embed_tokens.weight"]
+    if embed.shape[1] != hidden_size:
+        raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {hidden_size}")
+    dev = placement.embedding_device() if placement is not None else device  # type: ignore[attr-defined]
+    module: torch.nn.Module = (TernaryEmbedding(embed, dev) if isinstance(embed, TernaryTensor)
+                               else DenseEmbedding(embed.data.to(device=dev, dtype=dtype)))
+    if placement is not None:
+        module = placement.wrap_embedding(module)  # type: ignore[attr-defined]
+    return module, embed.shape[0]
+
+
+__all__ = ["DenseEmbedding", "TernaryEmbedding", "model_embedding"]

@@ -1,17 +1,22 @@
-"""What every architecture's prepared model shares: construction from ModelData and memory accounting.
+"""What every architecture's prepared model shares: construction from ModelData, memory accounting
+and the decode-step interface.
 
 Why a base class: the engine, the planner checks and the benchmark treat Qwen3 and the Qwen3.5
-hybrid alike (``from_model_data``, ``max_positions``, ``weight_bytes``); the forward passes stay in
-their own files.
+hybrid alike (``from_model_data``, ``max_positions``, ``weight_bytes``, ``decode_step``,
+``sequence_state``); the forward passes stay in their own files.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Self
 
 import torch
 
 from runtime.formats.model_data import ModelData
+
+# A graph-safe one-token forward: (tokens [1] long, positions [1] long) -> logits [V] (the model's dtype).
+StepFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class PreparedModel(torch.nn.Module):
@@ -39,3 +44,14 @@ class PreparedModel(torch.nn.Module):
         """Bytes of prepared weights resident on the device (excludes caches and recurrent state)."""
         tensors = list(self.named_buffers()) + list(self.named_parameters())
         return sum(b.numel() * b.element_size() for n, b in tensors if not n.startswith(self.STATE_PREFIXES))
+
+    def decode_step(self) -> StepFn | None:
+        """The model's fused one-token step for CUDA-graph decoding, or ``None`` when it has none for
+        this build (then the decoder steps :meth:`forward`). Same numbers as ``forward`` for one token,
+        up to float summation order; it shares the model's KV cache and state with ``forward``."""
+        return None
+
+    def sequence_state(self) -> tuple[torch.Tensor, ...]:
+        """Buffers a step advances and cannot rewrite in place (recurrent state): a decoder that runs
+        warm-up steps saves and restores them. Empty for models whose only state is the KV cache."""
+        return ()

@@ -25,9 +25,9 @@ from runtime.formats.arch import dense_spec, get_arch, register_arch
 from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
 from runtime.generation import CancelToken
 from runtime.kernels.linear import prepare_linear
-from runtime.kernels.ternary_embedding import DenseEmbedding, TernaryEmbedding
+from runtime.kernels.ternary_embedding import model_embedding
 from runtime.kv_cache import KVCache
-from runtime.model.base import PreparedModel
+from runtime.model.base import PreparedModel, StepFn
 from runtime.model.config import ModelConfig
 from runtime.model.rope import RotaryTables, apply_rope
 
@@ -105,7 +105,7 @@ def _fuse_rows(parts: list[TernaryTensor | DenseTensor]) -> TernaryTensor | Dens
     return None
 
 
-class _FusedOrSplit(torch.nn.Module):
+class FusedOrSplit(torch.nn.Module):
     """One matmul over row-stacked weights when possible, otherwise one per part; same output."""
 
     def __init__(self, parts: list[TernaryTensor | DenseTensor], make: Callable[..., torch.nn.Module]) -> None:
@@ -131,9 +131,9 @@ class Qwen3Block(torch.nn.Module):
         self.layer = layer
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.eps = config.rms_norm_eps
-        self.qkv = _FusedOrSplit([tensors[p + f"self_attn.{n}_proj.weight"] for n in "qkv"], make)
+        self.qkv = FusedOrSplit([tensors[p + f"self_attn.{n}_proj.weight"] for n in "qkv"], make)
         self.o_proj = make(tensors[p + "self_attn.o_proj.weight"])
-        self.gate_up = _FusedOrSplit([tensors[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up")], make)
+        self.gate_up = FusedOrSplit([tensors[p + f"mlp.{n}_proj.weight"] for n in ("gate", "up")], make)
         self.down_proj = make(tensors[p + "mlp.down_proj.weight"])
         self.register_buffer("input_norm", norm(p + "input_layernorm.weight"), persistent=False)
         self.register_buffer("post_norm", norm(p + "post_attention_layernorm.weight"), persistent=False)
@@ -212,14 +212,7 @@ class Qwen3Model(PreparedModel):
         norm = norm_for(device)
 
         embed = tensors["model.embed_tokens.weight"]
-        if embed.shape[1] != config.hidden_size:
-            raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {config.hidden_size}")
-        self.vocab_size = embed.shape[0]
-        emb_dev = placement.embedding_device() if placement is not None else device
-        self.embed: torch.nn.Module = (TernaryEmbedding(embed, emb_dev) if isinstance(embed, TernaryTensor)
-                                       else DenseEmbedding(embed.data.to(device=emb_dev, dtype=dtype)))
-        if placement is not None:
-            self.embed = placement.wrap_embedding(self.embed)
+        self.embed, self.vocab_size = model_embedding(tensors, config.hidden_size, device, dtype, placement)
         blocks = []
         for i in range(config.num_layers):
             if cancel is not None and cancel.cancelled:
@@ -286,6 +279,14 @@ class Qwen3Model(PreparedModel):
         if self.lm_head is None:
             raise UnsupportedModelError("this model was prepared for embeddings only (no LM head)")
         return self.lm_head(x).to(torch.float32)
+
+    def decode_step(self) -> StepFn | None:
+        """The fused Triton step (:mod:`runtime.model.qwen3_step`) when this build can run it."""
+        try:
+            from runtime.model.qwen3_step import qwen3_decode_step
+        except ImportError:  # no Triton
+            return None
+        return qwen3_decode_step(self)
 
     def hidden_states(self, tokens: torch.Tensor, input_pos: torch.Tensor,
                       mask: torch.Tensor | None = None) -> torch.Tensor:

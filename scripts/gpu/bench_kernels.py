@@ -28,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("TERNARY_KERNELS_RETUNE", "1")  # don't trust shipped configs: measure again
 os.environ.setdefault("TERNARY_KERNELS_TUNE", "full")  # ... over every candidate, not the quick set
 
+from runtime.generation import GenerationSettings  # noqa: E402
 from runtime.kernels import reference_ops as ref  # noqa: E402
 from runtime.kernels.triton import gemm, matvec, tuning  # noqa: E402
 from runtime.kernels.triton.attention import decode_attention  # noqa: E402
 from runtime.kernels.triton.norm import rmsnorm  # noqa: E402
-from runtime.kernels.triton.sampling import make_sampling_params, sample  # noqa: E402
 from runtime.model.config import SYNTHETIC_CONFIGS  # noqa: E402
+from runtime.sampling import TokenSampler  # noqa: E402
 
 DEV = "cuda"
 REP = 20  # launches per graph for single small ops (one replay of a 1-launch graph costs ~15 us)
@@ -281,22 +282,19 @@ def bench_attention(cfg, bw: float) -> list[dict]:
 
 
 def bench_sampling(cfg) -> dict:
+    """runtime.sampling.TokenSampler's graph-safe step (the decoder's sampler) at the model's vocabulary."""
     v = cfg.vocab_size
     lg = torch.randn(v, device=DEV)
-    counts = torch.zeros(v, dtype=torch.int32, device=DEV)
-    rng = torch.tensor([1, 0], device=DEV)
-    out = torch.zeros(1, dtype=torch.int64, device=DEV)
-    gp = make_sampling_params(0.0, device=DEV)
-    res = {"argmax_only_us": graph_time_ms([lambda: torch.argmax(lg, out=out[0])] * REP) * 1e3 / REP,
-           "greedy_fast_path_us": graph_time_ms([lambda: sample(lg, gp, counts, rng, out, greedy=True)] * REP)
-           * 1e3 / REP}
-    for cap in (64, 256):
-        p = make_sampling_params(0.7, 40, 0.9, 0.05, 1.1, device=DEV)
-        res[f"cap{cap}_us"] = graph_time_ms([lambda p=p, cap=cap: sample(
-            lg, p, counts, rng, out, candidate_cap=cap)] * REP) * 1e3 / REP
-    for name, p in [("greedy", make_sampling_params(0.0, device=DEV)),
-                    ("t0.7_topk40_topp0.9_minp0.05_rep1.1", make_sampling_params(0.7, 40, 0.9, 0.05, 1.1, device=DEV))]:
-        res[name + "_us"] = graph_time_ms([lambda p=p: sample(lg, p, counts, rng, out)] * REP) * 1e3 / REP
+    tok = torch.zeros(1, dtype=torch.int64, device=DEV)
+    pos = torch.zeros(1, dtype=torch.int64, device=DEV)
+    res = {"argmax_only_us": graph_time_ms([lambda: torch.argmax(lg, out=tok[0])] * REP) * 1e3 / REP}
+    for name, s in [("greedy_fused", GenerationSettings(temperature=0.0, repetition_penalty=1.1)),
+                    ("t0.7_topk40_topp0.9_minp0.05_rep1.1",
+                     GenerationSettings(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1)),
+                    ("t1.0_topp0.95_full_sort", GenerationSettings(temperature=1.0, top_p=0.95))]:
+        sampler = TokenSampler(v, DEV)
+        sampler.configure(s, [], device_generator=True)
+        res[name + "_us"] = graph_time_ms([lambda sampler=sampler: sampler.step(lg, tok, pos)] * REP) * 1e3 / REP
     return res
 
 

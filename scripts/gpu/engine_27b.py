@@ -49,7 +49,7 @@ def synthetic_on_host(name: str):
     """A synthetic 27B generated on the GPU (fast), then moved to host memory, so that what the
     engine later puts on the GPU is its own doing (``ModelData`` as a loader would return it)."""
     from runtime.formats.model_data import ModelData
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+    from runtime.model.qwen35.synthetic import qwen35_synthetic_model
     from runtime.synthetic import synthetic_config, synthetic_model
 
     if synthetic_config(name).arch != "qwen35":  # the dense models: generated on the CPU (seconds)
@@ -111,7 +111,8 @@ def main() -> int:
         writer.start()
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(1000, md.config.vocab_size - 1000, (a.prompt_tokens,), generator=g).tolist()
-    s = GenerationSettings(temperature=0.0, max_new_tokens=a.gen, ignore_eos=True, enable_thinking=False)
+    s = GenerationSettings(temperature=0.0, max_new_tokens=a.gen, ignore_eos=True, enable_thinking=False,
+                           repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)  # penalties off
     results, ref_tokens = [], None
     for cfg in a.configs.split(","):
         r: dict = {"model": a.model, "config": cfg, "ctx": a.ctx, "prompt_tokens": a.prompt_tokens, "gen": a.gen,
@@ -161,7 +162,7 @@ def main() -> int:
             runs = []
             for i in range(a.runs + 1):
                 eng.reset()
-                done = list(eng._generate(prompt, s, CancelToken(), 0.0))[-1]  # token ids, no template
+                done = list(eng.generate_tokens(prompt, s, CancelToken()))[-1]  # token ids, no template
                 st = done.stats
                 if i:
                     runs.append(st)

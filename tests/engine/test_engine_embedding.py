@@ -190,7 +190,7 @@ def test_progress_reports_loading_stages(dense_folder):
 
 
 def test_hybrid_file_is_refused(tmp_path):
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+    from runtime.model.qwen35.synthetic import qwen35_synthetic_model
 
     data = qwen35_synthetic_model("bonsai-27b", config=mf.tiny_hybrid_synthetic_config(linear_heads=(2, 2)), group_size=64)
     path = mf.write_gguf(data, tmp_path / "hybrid.gguf", "Q2_0")

@@ -110,12 +110,12 @@ def test_engine_refuses_before_any_work(tiny_engine, name, value):
 
 @pytest.mark.parametrize("name,value", ENGINE_BAD)
 def test_sampler_refuses_too(name, value):
-    from runtime.sampling import Sampler
+    from runtime.sampling import TokenSampler
 
     base = dict(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0, presence_penalty=0.0,
                 frequency_penalty=0.0)
     with pytest.raises(InvalidSettingError):
-        Sampler(GenerationSettings(**{**base, name: value}), 16, [])
+        TokenSampler(16, "cpu").configure(GenerationSettings(**{**base, name: value}), [])
 
 
 def test_engine_runs_with_the_largest_seed(tiny_engine):
@@ -139,7 +139,8 @@ def test_invalid_model_file_defaults_fall_back_to_the_family_defaults(tiny_pair)
     """generation_config.json with NaN temperature or top_k 10**9 must not break every generation."""
     import dataclasses
 
-    from runtime.engine import PRISM_SMALL_DEFAULTS, Engine
+    from runtime.engine import Engine
+    from runtime.formats.arch import DEFAULT_SAMPLING as PRISM_SMALL_DEFAULTS
 
     data = dataclasses.replace(tiny_pair[1], generation_defaults={
         "temperature": float("nan"), "top_k": 10**9, "top_p": "abc", "repetition_penalty": 0.0,

@@ -199,8 +199,8 @@ def test_kv_int8_hybrid_engine_generates():
     i8 = Engine.load(md, device="cpu", context_length=64, kv_dtype="int8")
     assert i8.model.cache.k.dtype == torch.int8 and fp.model.cache.k.dtype == torch.float16  # CPU default
     s = GenerationSettings(temperature=0.0, max_new_tokens=8, ignore_eos=True)
-    a = list(fp._generate(ids, fp.resolve_settings(s), _token(), 0.0))[-1]
-    b = list(i8._generate(ids, i8.resolve_settings(s), _token(), 0.0))[-1]
+    a = list(fp.generate_tokens(ids, s, _token()))[-1]
+    b = list(i8.generate_tokens(ids, s, _token()))[-1]
     assert len(b.stats.token_ids) == 8 and b.stats.token_ids[:2] == a.stats.token_ids[:2]
 
 

@@ -10,8 +10,8 @@ from runtime.formats.gguf_writer import write_gguf
 from runtime.formats.loader import load_model
 from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
 from runtime.formats.ternary_file import write_model
-from runtime.model.qwen35 import Qwen35Model
-from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+from runtime.model.qwen35.model import Qwen35Model
+from runtime.model.qwen35.synthetic import qwen35_synthetic_model
 from tests.model_factory import tiny_hybrid_synthetic_config
 
 NAME = "model.layers.1.mlp.down_proj.weight"

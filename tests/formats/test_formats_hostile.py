@@ -38,7 +38,7 @@ CLEAN = {"ok", "refused"}
 
 @pytest.fixture(scope="module")
 def hybrid_data():
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+    from runtime.model.qwen35.synthetic import qwen35_synthetic_model
     from tests.model_factory import tiny_hybrid_synthetic_config
 
     return qwen35_synthetic_model("bonsai-27b", config=tiny_hybrid_synthetic_config(linear_heads=(2, 2)), group_size=64)

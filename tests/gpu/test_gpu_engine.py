@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode import GraphDecoder, enforce_max_vram, fused_qwen3_step
+from runtime.gpu_decode import GraphDecoder, enforce_max_vram
 from runtime.model.qwen3 import Qwen3Model
 from runtime.offload import LayerStreamer
 from tests import model_factory as mf
@@ -48,7 +48,7 @@ def greedy_eager(model: Qwen3Model, device: torch.device, n: int = GEN) -> list[
 def greedy_graph(model: Qwen3Model, n: int = GEN, settings: GenerationSettings | None = None,
                  fused: bool = False) -> tuple[list[int], GraphDecoder]:
     ids = torch.tensor(PROMPT, device=DEV)
-    step = fused_qwen3_step(model) if fused else (lambda t, p: model.forward(t, p)[-1])
+    step = model.decode_step() if fused else (lambda t, p: model.forward(t, p)[-1])
     assert step is not None
     dec = GraphDecoder(step, model.vocab_size, DEV)
     with torch.inference_mode():
@@ -82,7 +82,7 @@ def test_fused_step_matches_engine_forward(tiny, dtype, tol):
     with torch.inference_mode():
         for m in (a, b):
             m.forward(ids, torch.arange(len(PROMPT), device=DEV), kv_len=len(PROMPT))
-        step = fused_qwen3_step(a)
+        step = a.decode_step()
         assert step is not None
         for i, tok in enumerate([7, 250, 3]):
             t, p = torch.tensor([tok], device=DEV), torch.tensor([len(PROMPT) + i], device=DEV)

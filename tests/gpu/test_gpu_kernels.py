@@ -10,7 +10,7 @@ from runtime.kernels.triton import gemm, matvec, packing, tuning
 from runtime.kernels.triton.attention import decode_attention
 from runtime.kernels.triton.norm import rmsnorm
 from runtime.kernels.triton.rope import qk_norm_rope_kv_write
-from runtime.kernels.triton.sampling import make_sampling_params, sample
+from runtime.kernels.triton.sampling import DecoderSampler
 
 pytestmark = pytest.mark.gpu
 DEV = "cuda"
@@ -264,30 +264,6 @@ def test_gpu_decode_attention_int8_accuracy() -> None:
     assert err < 3e-2
 
 
-def test_gpu_sampling_vocab() -> None:
-    v = 151669
-    lg = torch.randn(v, device=DEV)
-    counts = torch.zeros(v, dtype=torch.int32, device=DEV)
-    out = torch.zeros(1, dtype=torch.int64, device=DEV)
-    greedy = make_sampling_params(temperature=0.0, device=DEV)
-    sample(lg, greedy, counts, torch.tensor([1, 0], device=DEV), out)
-    assert int(out) == int(lg.argmax())
-    sample(lg, greedy, counts, torch.tensor([1, 0], device=DEV), out, greedy=True, update_state=False)
-    assert int(out) == int(lg.argmax())
-    params = make_sampling_params(temperature=0.7, top_k=40, top_p=0.9, min_p=0.01, repetition_penalty=1.1,
-                                  device=DEV)
-    counts.zero_()
-    probs, allowed = ref.ref_sampling_support(lg, params, counts, 1024)
-    assert int(allowed.sum()) > 5  # the test can tell sampling from greedy
-    toks = []
-    rng = torch.tensor([99, 0], device=DEV)
-    for _ in range(64):
-        sample(lg, params, counts, rng, out, update_state=False)
-        rng[1] += 1
-        toks.append(int(out))
-    assert allowed[torch.tensor(toks, device=DEV)].all() and len(set(toks)) > 1
-
-
 def test_gpu_cuda_graph_decode_kernels() -> None:
     """mat-vec + rope/kv write + attention + sampling captured once, replayed at moving positions."""
     dtype = torch.bfloat16
@@ -304,9 +280,11 @@ def test_gpu_cuda_graph_decode_kernels() -> None:
     seq = torch.ones(1, dtype=torch.int32, device=DEV)
     lm_c, lm_s = weight(1000, 4096, seed=10)
     counts = torch.zeros(1000, dtype=torch.int32, device=DEV)
-    rng = torch.tensor([3, 0], device=DEV)
-    params = make_sampling_params(temperature=0.0, device=DEV)
+    seen = torch.zeros(1000, dtype=torch.bool, device=DEV)
+    params = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0], device=DEV)  # greedy, no penalties (runtime.sampling P_*)
+    sampler = DecoderSampler(1000, DEV)
     tok = torch.zeros(1, dtype=torch.int64, device=DEV)
+    tok_pos = torch.zeros(1, dtype=torch.int64, device=DEV)
     qkv = torch.empty(1, 6144, device=DEV, dtype=dtype)
     attn = torch.empty(hq, dim, device=DEV, dtype=dtype)
 
@@ -318,7 +296,7 @@ def test_gpu_cuda_graph_decode_kernels() -> None:
         qr = qk_norm_rope_kv_write(q, k, v, qn, qn, cos, sin, pos, kc, vc, 1e-6)
         decode_attention(qr[0], kc, vc, seq, dim ** -0.5, out=attn)
         logits = matvec.ternary_matvec(attn.view(1, -1)[:, :4096], lm_c, lm_s, 128)
-        sample(logits, params, counts, rng, tok)
+        sampler.greedy_step(logits, seen, counts, params, tok, tok_pos)
         pos.add_(1)
         seq.add_(1)
 
@@ -332,13 +310,15 @@ def test_gpu_cuda_graph_decode_kernels() -> None:
     pos.zero_()
     seq.fill_(1)
     counts.zero_()
+    seen.zero_()
+    tok_pos.zero_()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         step()
     for _ in range(5):
         g.replay()
     torch.cuda.synchronize()
-    assert int(pos) == 5 and int(seq) == 6 and int(counts.sum()) == 5
+    assert int(pos) == 5 and int(seq) == 6 and int(counts.sum()) == 5 and int(tok_pos) == 5
     # the cache rows 0..4 were written by five replays with the same k (x is constant)
     assert torch.equal(kc[:, 0], kc[:, 4]) and not torch.equal(kc[:, 4], kc[:, 5])
 

@@ -13,8 +13,8 @@ import torch
 
 from runtime.engine import Engine
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode import fused_qwen3_step
 from runtime.model.qwen3 import Qwen3Model
+from runtime.model.qwen3_step import Qwen3Step
 from tests import model_factory as mf
 
 pytestmark = pytest.mark.gpu
@@ -48,8 +48,8 @@ def test_gpu_kv_int8_fused_step_matches_eager(tiny, dtype, tol, code_steps):
     with torch.inference_mode():
         for m in (a, b):
             m.forward(ids, torch.arange(n, device=DEV), kv_len=n)
-        step = fused_qwen3_step(a)
-        assert step is not None, "fused_qwen3_step does not accept an int8 cache"
+        step = a.decode_step()
+        assert step is not None, "the fused step does not accept an int8 cache"
         for i, tok in enumerate([7, 250, 3, 64]):
             t, p = torch.tensor([tok], device=DEV), torch.tensor([n + i], device=DEV)
             got, want = step(t, p), b.forward(t, p, kv_len=n + i + 1)[-1]
@@ -78,7 +78,7 @@ def test_gpu_kv_int8_engine_uses_fused_step_and_agrees_with_cpu(tiny):
     gpu = Engine.load(tiny, device="cuda", context_length=128, dtype=torch.float32, kv_dtype="int8")
     assert gpu.model.cache.k.dtype == torch.int8 and gpu.info.plan["kv_dtype"] == "int8"
     got = list(gpu.generate(prompt, s))[-1].stats.token_ids
-    assert gpu._decoder is not None and gpu._decoder.step.__qualname__.startswith("fused_qwen3_step"), \
+    assert gpu._decoder is not None and isinstance(gpu._decoder.step, Qwen3Step), \
         "the engine did not decode through the fused Triton step"
     assert gpu._decoder.use_graph and not gpu._decoder.fallback_reason
     assert gpu.memory_stats().kv_cache_bytes == gpu.model.cache.nbytes

@@ -15,7 +15,6 @@ from runtime import planner
 from runtime.engine import Engine
 from runtime.formats.model_data import T2, T3
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode_qwen35 import fused_decode_step
 from runtime.kernels.triton import backend, gemm, launch, matvec, tuning
 from runtime.offload import host_mapped_tensors, map_linears_to_host, measure_offload_costs
 from runtime.prefill import graph_prefill_runner, graph_unsupported_reason
@@ -82,7 +81,7 @@ def _run(data, monkeypatch, mapped: bool, ctx: int = 256) -> dict:
         assert host == []  # norms, caches, dense projections, the rest: all still on the GPU
     else:
         assert all(m.codes.device.type == "cuda" for m in lins)
-    assert fused_decode_step(model) is not None  # the fused Triton step accepts mapped linears
+    assert model.decode_step() is not None  # the fused Triton step accepts mapped linears
     s = GenerationSettings(temperature=0.0, max_new_tokens=GEN, ignore_eos=True)
     runs = []
     for _ in range(2):
@@ -127,7 +126,7 @@ def test_mapped_qwen3_engine_gives_the_full_gpu_tokens_with_less_vram(monkeypatc
 
 @pytest.mark.parametrize("encoding", [T2, T3])
 def test_mapped_hybrid_engine_gives_the_full_gpu_tokens_with_less_vram(monkeypatch, encoding):
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+    from runtime.model.qwen35.synthetic import qwen35_synthetic_model
 
     cfg = mf.tiny_hybrid_synthetic_config(intermediate=1536, max_positions=256)  # the 27B's pattern, toy sizes
     assert "linear_attention" in cfg.layer_types and "full_attention" in cfg.layer_types

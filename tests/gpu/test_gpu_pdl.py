@@ -12,7 +12,7 @@ import torch
 
 from runtime.formats.codecs import pack_t2, pack_t3
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode import GraphDecoder, fused_qwen3_step
+from runtime.gpu_decode import GraphDecoder
 from runtime.kernels.triton import matvec, pdl
 from runtime.model.qwen3 import Qwen3Model
 from tests import model_factory as mf
@@ -96,7 +96,7 @@ def test_dependent_matvec_chain_is_exact_under_pdl(encoding, up_cfg, down_cfg):
 def _fused_graph_tokens(md, flag: bool, prompt: list[int], n: int) -> list[int]:
     with pdl_set(flag):
         model = Qwen3Model.from_model_data(md, DEV, dtype=torch.bfloat16, max_positions=128)
-        step = fused_qwen3_step(model)
+        step = model.decode_step()
         assert step is not None
         dec = GraphDecoder(step, model.vocab_size, DEV)
         ids = torch.tensor(prompt, device=DEV)

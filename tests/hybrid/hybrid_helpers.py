@@ -17,7 +17,7 @@ import torch
 
 from runtime.formats.codecs import quantize_ternary
 from runtime.formats.model_data import DenseTensor, ModelData, Provenance
-from runtime.formats.qwen35_names import config_from_hf
+from runtime.model.qwen35.names import config_from_hf
 
 transformers = pytest.importorskip("transformers")
 

@@ -8,7 +8,7 @@ from hybrid_helpers import build_tiny, our_greedy
 
 from runtime.engine import Engine
 from runtime.generation import DoneEvent, GenerationSettings
-from runtime.model.qwen35 import Qwen35Model
+from runtime.model.qwen35.model import Qwen35Model
 from runtime.synthetic import synthetic_tokenizer
 
 GREEDY = GenerationSettings(temperature=0.0, max_new_tokens=12, ignore_eos=True)
@@ -38,7 +38,7 @@ def test_hybrid_engine_greedy_and_prefix_handling():
 
 def test_hybrid_engine_loads_qwen35_gguf_file(tmp_path):
     """File path -> loader -> GGUF reader (qwen35 conventions) -> engine; same tokens as the HF weights."""
-    import runtime.formats.arch_qwen35  # noqa: F401  (until the registry maps HF model types itself)
+    import runtime.model.qwen35.spec  # noqa: F401  (until the registry maps HF model types itself)
     from tests.model_factory import hf_model_to_model_data, tiny_tokenizer, write_gguf
 
     hf, _ = build_tiny("gqa_3x", seed=6, group=64, vocab_size=300, hidden_size=128, intermediate_size=256,

@@ -14,12 +14,12 @@ import torch
 from hybrid_helpers import build_tiny
 from test_hybrid_hadamard import rotated_pair
 
-import runtime.formats.arch_qwen35  # noqa: F401  (registers qwen35 for HF model_type lookups)
+import runtime.model.qwen35.spec  # noqa: F401  (registers qwen35 for HF model_type lookups)
 from runtime.formats.gguf import read_gguf
 from runtime.formats.gguf_writer import write_gguf
 from runtime.formats.hf import model_data_from_state_dict
 from runtime.formats.model_data import TernaryTensor
-from runtime.model.qwen35 import Qwen35Model
+from runtime.model.qwen35.model import Qwen35Model
 
 PROMPT = torch.randint(0, 96, (24,), generator=torch.Generator().manual_seed(4))
 # widths that fit 128-weight GGUF blocks; value head dim = group so ssm_out columns can be reordered

@@ -1,4 +1,4 @@
-"""The fused one-token decode step (runtime.gpu_decode_qwen35) equals Qwen35Model.forward.
+"""The fused one-token decode step (``Qwen35Model.decode_step``, runtime.model.qwen35.step) equals the forward.
 
 Runs the Triton kernels under TRITON_INTERPRET=1 on the CPU (as CI does) and natively on a GPU.
 The reference is a second model built from the same ModelData with the plain-torch "reference"
@@ -15,10 +15,10 @@ from test_hybrid_hadamard import rotated_pair
 import runtime.kernels.triton.backend  # noqa: F401  (registers the "triton" linear backend)
 from runtime.formats.codecs import codes_of, pack_t3, quantize_ternary
 from runtime.formats.model_data import T3, DenseTensor, ModelData, TernaryTensor
-from runtime.gpu_decode_qwen35 import fused_qwen35_step
 from runtime.kernels.triton.deltanet import gdn_decode
-from runtime.model import deltanet, qwen35
-from runtime.model.qwen35 import Qwen35Model
+from runtime.model.qwen35 import deltanet
+from runtime.model.qwen35 import model as qwen35
+from runtime.model.qwen35.model import Qwen35Model
 from tests import model_factory as mf
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -73,7 +73,7 @@ def test_hybrid_fused_step_equals_forward(case, monkeypatch):
     ref = _model(data, monkeypatch, fuse_rows, "reference")
     fused_model = _model(data, monkeypatch, fuse_rows, "triton")
     assert (fused_model.rotation is not None) == (rot is not None)
-    assert fused_qwen35_step(ref) is None  # the reference backend is not graph-safe: no fused step
+    assert ref.decode_step() is None  # the reference backend is not graph-safe: no fused step
     step = _assert_step_equals_forward(ref, fused_model)
     # unrotated, row-fused ternary q|k|v|z beside dense a/b: the input norm runs inside the mat-vec's
     # quantisation and the gates kernel (no norm launch); every other layout keeps the separate norm
@@ -101,12 +101,12 @@ def test_hybrid_fused_step_with_streamed_layers(monkeypatch):
     streamer = LayerStreamer(DEV)
     plain.layers[0] = streamer.adopt(plain.layers[0])
     streamer.finish()
-    assert fused_qwen35_step(plain) is None
+    assert plain.decode_step() is None
 
 
 def _assert_step_equals_forward(ref: Qwen35Model, fused_model: Qwen35Model):
     """Prefill both by forward, then STEPS greedy tokens: ref by forward, the other by the step."""
-    step = fused_qwen35_step(fused_model)
+    step = fused_model.decode_step()
     assert step is not None
     prompt = torch.randint(0, 96, (9,), generator=torch.Generator().manual_seed(4)).to(DEV)
     n = len(prompt)
@@ -190,8 +190,8 @@ def test_hybrid_stateful_decoder_keeps_state_through_capture(monkeypatch):
     (The real capture needs CUDA - test_hybrid_gpu.py - so the parent's capture is replaced by one
     that runs the step twice, as its warm-up does, and then fails like a non-capturable step.)
     """
-    from runtime.gpu_decode import GraphDecoder
-    from runtime.gpu_decode_qwen35 import StatefulGraphDecoder, graph_decoder_for
+    from runtime.gpu_decode import GraphDecoder, StatefulGraphDecoder, graph_decoder_for
+    from runtime.model.base import PreparedModel
 
     state = torch.zeros(3)
 
@@ -212,6 +212,7 @@ def test_hybrid_stateful_decoder_keeps_state_through_capture(monkeypatch):
     _, data = build_tiny("equal_heads")
     model = Qwen35Model.from_model_data(data, "cpu", max_positions=8, backend="reference")
     assert isinstance(graph_decoder_for(model, step, "cpu"), StatefulGraphDecoder)
-    dense_like = torch.nn.Module()
-    dense_like.vocab_size = 5  # no recurrent state: the plain decoder
+    assert model.sequence_state() == (model.state.conv, model.state.recurrent)
+    dense_like = PreparedModel()
+    dense_like.vocab_size = 5  # no recurrent state (the base class's empty sequence_state): the plain decoder
     assert type(graph_decoder_for(dense_like, step, "cpu")) is GraphDecoder

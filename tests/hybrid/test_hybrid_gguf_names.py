@@ -16,7 +16,8 @@ from hybrid_helpers import build_tiny
 
 from runtime.formats.codecs import quantize_ternary
 from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
-from runtime.formats.qwen35_names import (
+from runtime.model.qwen35.model import Qwen35Model
+from runtime.model.qwen35.names import (
     canonical_name_to_gguf,
     config_from_gguf,
     gguf_metadata,
@@ -25,7 +26,6 @@ from runtime.formats.qwen35_names import (
     tensor_to_gguf,
     v_head_permutation,
 )
-from runtime.model.qwen35 import Qwen35Model
 
 PROMPT = torch.randint(0, 96, (30,), generator=torch.Generator().manual_seed(9))
 
@@ -152,7 +152,7 @@ def test_hybrid_qwen35_pretokenizer_keeps_combining_marks():
 
     from tokenizers import Regex, pre_tokenizers
 
-    import runtime.formats.arch_qwen35  # noqa: F401  (registers the "qwen35" pre-tokenizer)
+    import runtime.model.qwen35.spec  # noqa: F401  (registers the "qwen35" pre-tokenizer)
     from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS
 
     def split(pre: str, text: str) -> list[str]:

@@ -9,9 +9,9 @@ from hybrid_helpers import build_tiny, hf_torch_path
 from test_hybrid_hadamard import rotated_pair
 
 from runtime.generation import GenerationSettings
-from runtime.gpu_decode_qwen35 import StatefulGraphDecoder, fused_qwen35_step, graph_decoder_for
-from runtime.model import deltanet
-from runtime.model.qwen35 import Qwen35Model
+from runtime.gpu_decode import StatefulGraphDecoder, graph_decoder_for
+from runtime.model.qwen35 import deltanet
+from runtime.model.qwen35.model import Qwen35Model
 
 pytestmark = pytest.mark.gpu
 PROMPT = torch.randint(0, 96, (80,), generator=torch.Generator().manual_seed(3))
@@ -111,7 +111,7 @@ def test_hybrid_gpu_fused_step_in_cuda_graph(dtype):
     _, data = build_tiny("gqa_2x", group=32)
     ref = Qwen35Model.from_model_data(data, "cuda", dtype=dtype, max_positions=64, backend="triton")
     m = Qwen35Model.from_model_data(data, "cuda", dtype=dtype, max_positions=64, backend="triton")
-    step = fused_qwen35_step(m)
+    step = m.decode_step()
     assert step is not None
     prompt = PROMPT[:12].cuda()
     want = _eager_greedy(ref, prompt, 16)
@@ -151,7 +151,7 @@ def test_hybrid_fused_graph_same_tokens_with_and_without_pdl():
         pdl.set_enabled(flag)
         try:
             m = Qwen35Model.from_model_data(data, "cuda", dtype=torch.bfloat16, max_positions=64, backend="triton")
-            step = fused_qwen35_step(m)
+            step = m.decode_step()
             assert step is not None
             dec = graph_decoder_for(m, step, "cuda")
             dec.configure(GenerationSettings(temperature=0.0, max_new_tokens=24), prompt.tolist())

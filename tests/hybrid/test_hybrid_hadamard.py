@@ -10,10 +10,10 @@ from hybrid_helpers import build_tiny
 
 from runtime.errors import UnsupportedModelError
 from runtime.formats.model_data import DenseTensor, TernaryTensor
-from runtime.formats.qwen35_names import hadamard_from_gguf, v_head_permutation
 from runtime.model.config import HadamardConfig
-from runtime.model.hadamard import HadamardRotation, fwht, hadamard_matrix, signs_from_config
-from runtime.model.qwen35 import Qwen35Model
+from runtime.model.qwen35.hadamard import HadamardRotation, fwht, hadamard_matrix, signs_from_config
+from runtime.model.qwen35.model import Qwen35Model
+from runtime.model.qwen35.names import hadamard_from_gguf, v_head_permutation
 
 PROMPT = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(5))
 
@@ -155,7 +155,7 @@ def test_hybrid_matmul_rotation_equals_butterfly():
 
 
 def test_hybrid_bonsai2_name_rule():
-    from runtime.model.hadamard import refuse_if_rotated_without_metadata as refuse
+    from runtime.model.qwen35.hadamard import refuse_if_rotated_without_metadata as refuse
 
     for ok in ("Ternary-Bonsai-27B-PQ2_0.gguf", "synthetic-bonsai-27b-ptq1", "Ternary-Bonsai-8B", ""):
         refuse(None, ok)

@@ -15,9 +15,9 @@ import pytest
 import torch
 from hybrid_helpers import build_tiny
 
-import runtime.formats.arch_qwen35  # noqa: F401  (registers qwen35 for HF model_type lookups)
+import runtime.model.qwen35.spec  # noqa: F401  (registers qwen35 for HF model_type lookups)
 from runtime.formats.gguf import read_gguf
-from runtime.model.qwen35 import Qwen35Model
+from runtime.model.qwen35.model import Qwen35Model
 from tests.model_factory import hf_model_to_model_data, tiny_tokenizer, write_gguf
 
 pytestmark = pytest.mark.llamacpp

@@ -6,8 +6,8 @@ import pytest
 import torch
 from hybrid_helpers import TINY_CONFIGS, hf_greedy, our_greedy
 
-from runtime.model import deltanet
-from runtime.model.qwen35 import Qwen35Model, state_bytes
+from runtime.model.qwen35 import deltanet
+from runtime.model.qwen35.model import Qwen35Model, state_bytes
 from runtime.synthetic import synthetic_config
 
 PROMPT = torch.randint(0, 96, (80,), generator=torch.Generator().manual_seed(3))

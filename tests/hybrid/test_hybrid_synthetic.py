@@ -10,8 +10,8 @@ from runtime.formats import codecs
 from runtime.formats.arch import get_arch
 from runtime.formats.model_data import T2, T3, DenseTensor, TernaryTensor, t3_bytes_per_group
 from runtime.model.config import ModelConfig
-from runtime.model.qwen35 import Qwen35Model
-from runtime.model.qwen35_synthetic import qwen35_synthetic_model, qwen35_synthetic_tensors
+from runtime.model.qwen35.model import Qwen35Model
+from runtime.model.qwen35.synthetic import qwen35_synthetic_model, qwen35_synthetic_tensors
 from runtime.synthetic import random_ternary_t2, random_ternary_t3, synthetic_config
 from tests import model_factory as mf
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from runtime.kernels.triton import deltanet as dtk
-from runtime.model import deltanet
+from runtime.model.qwen35 import deltanet
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -1,5 +1,6 @@
-"""The graph decoder's one-launch sampler (``runtime.kernels.triton.sampling.DecoderSampler``) against the decoder's own
-eager torch ops, under the Triton interpreter: the same fp32 numbers and the same token, state included."""
+"""The sampler's fused kernel (``runtime.kernels.triton.sampling.DecoderSampler``) against the torch reference
+(``runtime.sampling``), under the Triton interpreter: the same fp32 penalized and scaled logits, the same candidate
+set, the same greedy token (ties included) and the same decode-loop state."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 from runtime.generation import GenerationSettings
 from runtime.gpu_decode import GraphDecoder
 from runtime.kernels.triton.sampling import DECODER_BLOCK, DecoderSampler
+from runtime.sampling import P_TEMPERATURE, SamplingPlan, TokenSampler, candidates, penalize
 
 V = 3 * DECODER_BLOCK + 77  # four programs, the last one partly masked
 
@@ -26,45 +28,68 @@ def _decoder(fused: bool, step=None) -> GraphDecoder:
 
 
 @pytest.mark.parametrize("rep,presence,freq", [(1.0, 0.0, 0.0), (1.3, 0.4, 0.25), (0.7, -0.2, 0.1)])
-def test_scaled_logits_equal_the_eager_ops(rep: float, presence: float, freq: float) -> None:
+def test_scaled_logits_and_candidates_equal_the_reference(rep: float, presence: float, freq: float) -> None:
     logits, seen, counts = _state(1)
-    dec = _decoder(False)
-    dec.params.copy_(torch.tensor([0.7, 1.0, 0.0, rep, presence, freq]))
-    dec.seen.copy_(seen)
-    dec.counts.copy_(counts)
-    expect = dec._penalized(logits) / dec.params[0]
-    got = DecoderSampler(V, "cpu").scaled(logits, dec.seen, dec.counts, dec.params)
+    params = torch.tensor([0.7, 0.9, 0.02, rep, presence, freq])
+    settings = GenerationSettings(temperature=0.7, top_k=40, top_p=0.9, min_p=0.02, repetition_penalty=rep,
+                                  presence_penalty=presence, frequency_penalty=freq)
+    ref = TokenSampler(V, "cpu", fused=False)
+    ref.configure(settings, [])
+    ref.seen.copy_(seen)
+    ref.counts.copy_(counts)
+    expect = penalize(logits, seen, counts, params, ref.plan) / params[P_TEMPERATURE]
+    assert torch.equal(ref.scaled(logits), expect)
+    got = DecoderSampler(V, "cpu").scaled(logits, seen, counts, params)
     assert torch.equal(got, expect)
+    # every plan the sampler can run picks the same candidates from both
+    for plan in (ref.plan, SamplingPlan(greedy=False, top_p=True), SamplingPlan(greedy=False, min_p=True)):
+        (p1, i1), (p2, i2) = candidates(got, params, plan), candidates(expect, params, plan)
+        assert torch.equal(p1, p2) and (i1 is i2 is None or torch.equal(i1, i2))
+
+
+def test_neutral_penalties_are_bit_identical_when_skipped() -> None:
+    """The reference skips neutral penalties (CPU speed); the kernel always computes them: same numbers."""
+    logits, seen, counts = _state(4)
+    logits[[3, 9]] = float("-inf")
+    params = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
+    skipped = penalize(logits, seen, counts, params, SamplingPlan())
+    assert torch.equal(skipped, penalize(logits, seen, counts, params))
+    assert torch.equal(skipped, DecoderSampler(V, "cpu").scaled(logits, seen, counts, params))
 
 
 @pytest.mark.parametrize("where", [5, DECODER_BLOCK + 3, V - 1])
-def test_greedy_step_picks_the_eager_argmax_and_advances_the_state(where: int) -> None:
+def test_greedy_step_picks_the_reference_argmax_and_advances_the_state(where: int) -> None:
     logits, seen, counts = _state(2)
     logits[where] = 50.0  # the winner, in the first, a middle and the masked last block
     logits[where + 1 if where + 1 < V else 0] = 50.0 / 1.5  # a seen rival the penalty must not favour
     seen[where] = True
+    settings = GenerationSettings(temperature=0.0, repetition_penalty=1.5, presence_penalty=0.3, frequency_penalty=0.2)
     ref, fused = _decoder(False), _decoder(True)
+    assert ref.sampler.kernel is None and fused.sampler.kernel is not None
     for d in (ref, fused):
-        d.params.copy_(torch.tensor([1.0, 1.0, 0.0, 1.5, 0.3, 0.2]))
-        d.seen.copy_(seen)
-        d.counts.copy_(counts)
+        d.configure(settings, [])
+        d.sampler.seen.copy_(seen)
+        d.sampler.counts.copy_(counts)
         d.tok.fill_(-1)
         d.pos.fill_(41)
     ref.step = fused.step = lambda t, p: logits
     ref._body()
     fused._body()
     assert int(fused.tok) == int(ref.tok) and int(fused.pos) == int(ref.pos) == 42
-    assert torch.equal(fused.seen, ref.seen) and torch.equal(fused.counts, ref.counts)
-    assert int(fused.sampler.counter) == 0  # the arrival counter is reset for the next step
+    assert int(ref.tok) == int(torch.argmax(penalize(logits, seen, counts, ref.sampler.params)))
+    assert torch.equal(fused.sampler.seen, ref.sampler.seen) and torch.equal(fused.sampler.counts, ref.sampler.counts)
+    assert int(fused.sampler.kernel.counter) == 0  # the arrival counter is reset for the next step
 
 
-def test_greedy_ties_take_the_first_index_like_torch_argmax() -> None:
+@pytest.mark.parametrize("fused", [False, True])
+def test_greedy_ties_take_the_first_index_like_torch_argmax(fused: bool) -> None:
     logits = torch.full((V,), -3.0)
     logits[[7, DECODER_BLOCK + 1, 2 * DECODER_BLOCK]] = 2.0  # equal maxima in three blocks
-    dec = _decoder(True, lambda t, p: logits)
+    dec = _decoder(fused, lambda t, p: logits)
     dec.configure(GenerationSettings(temperature=0.0), [])
     dec._body()
     assert int(dec.tok) == 7 == int(torch.argmax(logits))
+    assert dec.sample_first(logits) == 7
 
 
 def test_fused_and_eager_decoders_give_the_same_tokens() -> None:
@@ -81,4 +106,17 @@ def test_fused_and_eager_decoders_give_the_same_tokens() -> None:
         dec = _decoder(fused, step)
         dec.configure(settings, [1, 2, 3])
         runs.append(list(dec.tokens(5, 3, 12)))
+    assert runs[0] == runs[1] and len(set(runs[0])) > 1
+
+
+def test_fused_and_eager_samplers_draw_the_same_tokens_for_a_seed() -> None:
+    """Sampling (not greedy): the kernel's scaled logits feed the same candidates and the same race."""
+    logits, _, _ = _state(5)
+    settings = GenerationSettings(temperature=0.8, top_k=50, top_p=0.9, min_p=0.01, repetition_penalty=1.2,
+                                  frequency_penalty=0.1, seed=11)
+    runs = []
+    for fused in (False, True):
+        s = TokenSampler(V, "cpu", fused=fused)
+        s.configure(settings, [1, 2, 3])
+        runs.append([s.sample(logits) for _ in range(6)])
     assert runs[0] == runs[1] and len(set(runs[0])) > 1

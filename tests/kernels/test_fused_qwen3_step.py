@@ -1,4 +1,4 @@
-"""The fused Qwen3 decode step (``gpu_decode.fused_qwen3_step``, the 8B's CUDA-graph step) under the Triton
+"""The fused Qwen3 decode step (``Qwen3Model.decode_step``, the 8B's CUDA-graph step) under the Triton
 interpreter: equal to the model's own forward, token by token from an empty cache (the GPU suite checks it
 after a prefill, in bf16 and inside a graph)."""
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import runtime.kernels.triton.backend  # noqa: F401  (registers the "triton" linear backend)
-from runtime.gpu_decode import fused_qwen3_step
 from runtime.model import qwen3
 from runtime.model.qwen3 import Qwen3Model
 from tests import model_factory as mf
@@ -28,7 +27,7 @@ def _model(md, backend: str, monkeypatch) -> Qwen3Model:
 def test_fused_qwen3_step_equals_forward(tiny, monkeypatch) -> None:
     a, b = _model(tiny, "triton", monkeypatch), _model(tiny, "reference", monkeypatch)
     with torch.inference_mode():
-        step = fused_qwen3_step(a)
+        step = a.decode_step()
         assert step is not None
         for i, tok in enumerate([7, 250, 3]):
             t, p = torch.tensor([tok]), torch.tensor([i])
@@ -64,7 +63,7 @@ def test_fused_step_with_the_merge_writing_o_proj_int8_input(tiny, monkeypatch) 
             with mf.row_layout(monkeypatch, qwen3):
                 m = Qwen3Model.from_model_data(tiny, "cpu", dtype=torch.float16, max_positions=16, backend="triton")
             with torch.inference_mode():
-                step = fused_qwen3_step(m)
+                step = m.decode_step()
                 assert step is not None
                 logits[flag] = [step(torch.tensor([tok]), torch.tensor([i])) for i, tok in enumerate([7, 250, 3])]
     finally:

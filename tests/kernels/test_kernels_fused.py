@@ -1,5 +1,5 @@
-"""RMSNorm, q/k-norm+RoPE+KV write, decode attention and GPU sampling vs torch references
-(Triton interpreter, tiny shapes)."""
+"""RMSNorm, q/k-norm+RoPE+KV write and decode attention vs torch references (Triton interpreter, tiny shapes;
+the sampler's kernel: test_decoder_sampler.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from runtime.kernels import reference_ops as ref
 from runtime.kernels.triton.attention import decode_attention
 from runtime.kernels.triton.norm import rmsnorm
 from runtime.kernels.triton.rope import qk_norm_rope_kv_write
-from runtime.kernels.triton.sampling import make_sampling_params, sample
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -124,69 +123,6 @@ def test_kernels_decode_attention_int8_cache() -> None:
     # the accuracy cost of int8 KV itself (vs the fp32 cache) is small but not zero
     exact = ref.ref_decode_attention(q, k.transpose(0, 1), v.transpose(0, 1), length, 0.125)
     assert 0 < rel(o, exact) < 0.02
-
-
-def _logits(v: int, seed: int) -> torch.Tensor:
-    return torch.randn(v, generator=torch.Generator().manual_seed(seed)) * 2.5
-
-
-def test_kernels_sample_greedy_with_penalties() -> None:
-    lg = _logits(500, 1)
-    counts = torch.zeros(500, dtype=torch.int32)
-    counts[lg.argmax()] = 3  # penalties should move the argmax
-    params = make_sampling_params(temperature=0.0, repetition_penalty=1.5, presence_penalty=0.5,
-                                  frequency_penalty=0.3)
-    expect = int(ref.ref_penalized_logits(lg, params, counts).argmax())
-    rng = torch.tensor([7, 0])
-    out = torch.full((1,), -1, dtype=torch.int64)
-    sample(lg, params, counts, rng, out, candidate_cap=64)
-    assert int(out) == expect != int(lg.argmax())
-    assert int(counts[expect]) == 1 and int(rng[1]) == 1  # device-side state advanced
-    counts[expect] = 0
-    fast = torch.full((1,), -1, dtype=torch.int64)
-    sample(lg, make_sampling_params(temperature=0.8, repetition_penalty=1.5, presence_penalty=0.5,
-                                    frequency_penalty=0.3), counts, rng, fast, greedy=True)
-    assert int(fast) == expect and int(counts[expect]) == 1 and int(rng[1]) == 2
-
-
-def test_kernels_sample_respects_truncation_and_distribution() -> None:
-    v, draws = 400, 200
-    lg = _logits(v, 2)
-    counts = torch.zeros(v, dtype=torch.int32)
-    counts[:50] = 1
-    params = make_sampling_params(temperature=0.9, top_k=12, top_p=0.8, min_p=0.02, repetition_penalty=1.2)
-    probs, allowed = ref.ref_sampling_support(lg, params, counts, 64)
-    target = torch.where(allowed, probs, 0.0)
-    target = target / target.sum()
-    rng = torch.tensor([123, 0])
-    out = torch.zeros(1, dtype=torch.int64)
-    hist = torch.zeros(v)
-    for _ in range(draws):
-        sample(lg, params, counts, rng, out, candidate_cap=64, update_state=False)
-        rng[1] += 1
-        hist[int(out)] += 1
-    assert allowed[hist > 0].all()
-    # total variation distance to the exact truncated distribution (sampling noise ~0.05 at 200 draws)
-    assert 0.5 * (hist / draws - target).abs().sum() < 0.15
-
-
-def test_kernels_sample_deterministic_per_seed() -> None:
-    lg = _logits(300, 3)
-    params = make_sampling_params(temperature=1.0, top_p=0.95)
-
-    def run(seed: int) -> list[int]:
-        counts = torch.zeros(300, dtype=torch.int32)
-        rng = torch.tensor([seed, 0])
-        out = torch.zeros(1, dtype=torch.int64)
-        toks = []
-        for _ in range(8):
-            sample(lg, params, counts, rng, out, candidate_cap=64)
-            toks.append(int(out))
-        return toks
-
-    assert run(5) == run(5)
-    assert run(5) != run(6)
-
 
 
 @pytest.mark.parametrize("hq,hkv,dim,splits,gated", [(8, 2, 64, 3, False), (8, 2, 64, 1, False),

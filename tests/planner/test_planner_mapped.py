@@ -173,7 +173,7 @@ def test_placement_runs_mapped_layers_and_head_unwrapped(tiny_md):
 
 
 def _tiny_hybrid():
-    from runtime.model.qwen35_synthetic import qwen35_synthetic_model
+    from runtime.model.qwen35.synthetic import qwen35_synthetic_model
     from tests.model_factory import tiny_hybrid_synthetic_config
 
     cfg = tiny_hybrid_synthetic_config(hidden=128, intermediate=256, heads=(2, 1), linear_heads=(1, 2))
@@ -185,7 +185,7 @@ def test_models_build_a_mapped_plan_as_plain_blocks(arch):
     """Both architectures accept a mapped plan (the hybrid refuses only CPU-computed layers) and build
     every layer and the head as ordinary modules on the model's device, computing the same logits."""
     from runtime.model.qwen3 import Qwen3Model
-    from runtime.model.qwen35 import Qwen35Model
+    from runtime.model.qwen35.model import Qwen35Model
     from runtime.offload import HostComputedLayer, StreamedLayer
 
     data, cls = (tiny_model_data(), Qwen3Model) if arch == "qwen3" else (_tiny_hybrid(), Qwen35Model)

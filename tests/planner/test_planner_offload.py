@@ -9,7 +9,7 @@ from runtime.generation import GenerationSettings
 from runtime.gpu_decode import GraphDecoder
 from runtime.offload import HostComputedLayer, LayerStreamer, Placement
 from runtime.planner import ModelSizes, plan_memory
-from runtime.sampling import Sampler
+from runtime.sampling import candidates, penalize
 from tests.planner.conftest import build_tiny, tiny_model_data
 
 PROMPT = [5, 17, 250, 3, 99, 42, 7]
@@ -118,33 +118,51 @@ def test_decoder_sampling_is_seeded(tiny_md):
 
 @pytest.mark.parametrize("top_k,top_p,min_p,rep", [(0, 1.0, 0.0, 1.0), (20, 0.85, 0.0, 1.0), (0, 0.7, 0.05, 1.3),
                                                    (40, 0.9, 0.1, 1.1), (5, 1.0, 0.0, 0.8)])
-def test_decoder_distribution_matches_reference_sampler(top_k, top_p, min_p, rep):
+def test_decoder_distribution_matches_hf_warpers(top_k, top_p, min_p, rep):
+    """The decoder's candidates (runtime.sampling, the engine's sampler too) = transformers' processors."""
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
     g = torch.Generator().manual_seed(top_k * 7 + int(top_p * 100))
     vocab = 300
     logits = torch.randn(vocab, generator=g) * 3
     prompt = [1, 2, 3, 50, 51]
     s = GenerationSettings(temperature=0.7, top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=rep,
                            presence_penalty=0.0, frequency_penalty=0.0, seed=0)
-    ref = Sampler(s, vocab, prompt)
-    want = torch.softmax(ref.warp(ref.penalize(logits)), -1)
+    warpers = [RepetitionPenaltyLogitsProcessor(rep), TemperatureLogitsWarper(0.7)] + \
+        ([TopKLogitsWarper(top_k)] if top_k else []) + [TopPLogitsWarper(top_p)] + \
+        ([MinPLogitsWarper(min_p)] if min_p else [])
+    x = logits[None].clone()
+    for w in warpers:
+        x = w(torch.tensor([prompt]), x)
+    want = torch.softmax(x[0], -1)
     dec = GraphDecoder(lambda t, p: logits, vocab, "cpu")
     dec.configure(s, prompt)
-    probs, idx = dec.candidates(logits)
+    sampler = dec.sampler
+    probs, idx = candidates(sampler.scaled(logits), sampler.params, sampler.plan)
     got = torch.zeros(vocab)
-    got[idx] = probs / probs.sum()
+    got[idx if idx is not None else torch.arange(vocab)] = probs / probs.sum()
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
 
-def test_decoder_penalties_match_reference():
+def test_decoder_penalties_follow_hf_and_openai():
     vocab = 64
     logits = torch.randn(vocab, generator=torch.Generator().manual_seed(3))
     s = GenerationSettings(temperature=0.0, repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.25)
-    ref = Sampler(s, vocab, [1, 2])
-    for t in (7, 7, 9):
-        ref.observe(t)
     dec = GraphDecoder(lambda t, p: logits, vocab, "cpu")
     dec.configure(s, [1, 2])
     for t in (7, 7, 9):
-        dec.seen[t] = True
-        dec.counts[t] += 1
-    torch.testing.assert_close(dec._penalized(logits), ref.penalize(logits))
+        dec.sampler.record(torch.tensor([t]))
+    seen = torch.zeros(vocab, dtype=torch.bool)
+    seen[[1, 2, 7, 9]] = True
+    want = torch.where(seen, torch.where(logits < 0, logits * 1.5, logits / 1.5), logits)
+    counts = torch.zeros(vocab)
+    counts[7], counts[9] = 2, 1
+    want = want - 0.5 * (counts > 0).float() - 0.25 * counts
+    got = penalize(logits, dec.sampler.seen, dec.sampler.counts, dec.sampler.params, dec.sampler.plan)
+    torch.testing.assert_close(got, want)

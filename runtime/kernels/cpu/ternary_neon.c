@@ -279,3 +279,5 @@ void ternary_mm_q8(const int8_t *q, const float *d, const int32_t *qsum,
             neon_block_range_q8(q, d, qsum, words, scales, y, n, 1, m0, m1, K, G, ldy);
     }
 }
+
+#include "ternary_decode.h"  /* the fused decode step, over the kernels above */

@@ -665,3 +665,5 @@ void ternary_mm_q8(const int8_t *q, const float *d, const int32_t *qsum,
     const q8_ref_args a = {q, d, qsum, words, scales, y, M, N, K, G, ldy};
     tp_run(q8_ref_job, &a, (N + 15) / 16, nthreads);
 }
+
+#include "ternary_decode.h"  /* the fused decode step, over the kernels above */

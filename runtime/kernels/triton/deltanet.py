@@ -3,7 +3,7 @@
 Why: at batch 1 a Gated-DeltaNet layer's glue (conv window update + SiLU, the decay / beta gates,
 the gated RMSNorm) is ~25 tiny torch kernels per layer, 48 layers per token: launch-bound. Each of
 these kernels replaces one group of them with one launch; the torch versions in
-:mod:`runtime.model.deltanet` stay the reference (tests compare the two under TRITON_INTERPRET=1).
+:mod:`runtime.model.qwen35.deltanet` stay the reference (tests compare the two under TRITON_INTERPRET=1).
 :func:`gdn_decode` is the fused decode step's whole mixer after the conv in one launch.
 """
 

@@ -372,7 +372,7 @@ def hadamard_from_gguf(kv: Mapping[str, Any], num_layers: int | None = None, *,
     import numpy as np
 
     from runtime.formats.config_schema import Fields
-    from runtime.model.hadamard import split_sign_values
+    from runtime.model.qwen35.hadamard import split_sign_values
 
     keys = [k for k in kv if k.startswith("prism.hadamard.")]
     if not keys:

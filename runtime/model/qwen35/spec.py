@@ -1,6 +1,6 @@
-"""The qwen35 architecture (Qwen3.5-family hybrid: Ternary-Bonsai-27B, Bonsai 2): its ArchSpec.
+"""The qwen35 architecture (the Qwen3.5 hybrid: Ternary-Bonsai-27B, Bonsai 2): its ArchSpec.
 
-Names and conventions live in :mod:`runtime.formats.qwen35_names`; this module only adapts them to
+Names and conventions live in :mod:`runtime.model.qwen35.names`; this module only adapts them to
 :class:`runtime.formats.arch.ArchSpec`. Source conventions: a GGUF source keeps the +1-folded norms
 and ``ssm_a = -exp(A_log)`` as stored (``norm_weight_offset == 0`` and tensor
 ``linear_attn.A``); an HF source keeps zero-centred norms and ``linear_attn.A_log``
@@ -20,12 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runtime.formats import qwen35_names as q
-from runtime.formats.arch import NORM, TERNARY, ArchSpec, TensorInfo, register_arch
+from runtime.formats.arch import DEFAULT_SAMPLING, NORM, TERNARY, ArchSpec, TensorInfo, register_arch
 from runtime.formats.config_schema import validate_config
 from runtime.formats.gguf_tokenizer import PRE_TOKENIZERS, _split_then_bytelevel
 from runtime.formats.model_data import Tensor
 from runtime.model.config import ModelConfig
+from runtime.model.qwen35 import names as q
 
 Shape = tuple[int, ...]
 
@@ -119,7 +119,7 @@ _TYPES = {bool: "bool", int: "u32", float: "f32", str: "str"}
 
 
 def gguf_metadata(c: ModelConfig) -> dict[str, Any]:
-    """The writer's ``{key: (type, value)}`` form of :func:`qwen35_names.gguf_metadata`."""
+    """The writer's ``{key: (type, value)}`` form of :func:`runtime.model.qwen35.names.gguf_metadata`."""
     out: dict[str, Any] = {}
     for key, value in q.gguf_metadata(c).items():
         if key == "general.architecture":
@@ -155,6 +155,15 @@ QWEN35_REGEX = (
 PRE_TOKENIZERS.setdefault("qwen35", ({"type": "NFC"}, _split_then_bytelevel(QWEN35_REGEX), False))
 
 
+# PrismML's sampling for the 27B hybrids (model cards); Bonsai 2 = the files with Hadamard rotation metadata
+BONSAI_27B_SAMPLING = dict(DEFAULT_SAMPLING, temperature=0.7, top_p=0.95)
+BONSAI2_SAMPLING = dict(DEFAULT_SAMPLING, temperature=1.0, top_p=0.95)
+
+
+def sampling_defaults(c: ModelConfig) -> dict[str, float]:
+    return dict(BONSAI2_SAMPLING if c.hadamard is not None else BONSAI_27B_SAMPLING)
+
+
 class _Qwen35Spec(ArchSpec):
     """ArchSpec whose name mapping also knows ``linear_attn.A_log`` -> ``ssm_a`` (HF sources)."""
 
@@ -182,5 +191,7 @@ register_arch(_Qwen35Spec(
     tensor_from_gguf=tensor_from_gguf,
     tensor_to_gguf=tensor_to_gguf,
     shape_from_gguf=gguf_shape,
-    model_class="runtime.model.qwen35:Qwen35Model",
+    model_class="runtime.model.qwen35.model:Qwen35Model",
+    sampling_defaults=sampling_defaults,
+    thinking_default=True,  # the hybrids are thinking models
 ))

@@ -13,7 +13,7 @@ Numerics follow HF ``Qwen3_5ForCausalLM``:
   head, per-head q/k RMSNorm, RoPE on the first ``partial_rotary_factor * head_dim`` dims (MRoPE
   sections collapse to plain RoPE for text: all three position streams are equal), GQA softmax
   attention, output times ``sigmoid(gate)``, ``o_proj``. Only these layers have a KV cache.
-* Gated DeltaNet layers: see :mod:`runtime.model.deltanet`; their conv + recurrent state is a
+* Gated DeltaNet layers: see :mod:`runtime.model.qwen35.deltanet`; their conv + recurrent state is a
   fixed-size static buffer (:class:`Qwen35State`), independent of context length.
 
 State rule: the recurrent state cannot be rewound. A forward at ``input_pos[0] == 0`` starts a new
@@ -23,7 +23,7 @@ exactly what was processed (``supports_prefix_rewind`` is False).
 
 Bonsai 2 rotation (``config.hadamard``): every folded matmul receives ``R(x)``, computed once per
 distinct input (q/k/v share one, gate/up share one, GDN qkv/z share one); the embedding output
-gets ``R^T``. See :mod:`runtime.model.hadamard`.
+gets ``R^T``. See :mod:`runtime.model.qwen35.hadamard`.
 """
 
 from __future__ import annotations
@@ -34,22 +34,24 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from runtime import flags
 from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelError
 from runtime.formats.arch import get_arch
 from runtime.formats.model_data import DenseTensor, ModelData, TernaryTensor
-from runtime.formats.qwen35_names import v_head_permutation
 from runtime.generation import CancelToken
-from runtime.kernels.ternary_embedding import DenseEmbedding, TernaryEmbedding
+from runtime.kernels.ternary_embedding import model_embedding
 from runtime.kv_cache import KVCache
-from runtime.model import deltanet
-from runtime.model.base import PreparedModel
+from runtime.model.base import PreparedModel, StepFn
 from runtime.model.config import ModelConfig
-from runtime.model.hadamard import HadamardRotation, refuse_if_rotated_without_metadata, validate_rotation
-from runtime.model.qwen3 import (
-    _FusedOrSplit,
-    linear_factory,
-    register_optional_backends,
+from runtime.model.qwen3 import linear_factory, register_optional_backends
+from runtime.model.qwen35 import deltanet
+from runtime.model.qwen35.hadamard import (
+    HadamardRotation,
+    refuse_if_rotated_without_metadata,
+    validate_rotation,
 )
+from runtime.model.qwen35.names import v_head_permutation
+from runtime.model.qwen35.projections import Activation, Projections
 from runtime.model.rope import RotaryTables, apply_rope
 
 ARCH = "qwen35"
@@ -83,55 +85,6 @@ class _Norm(torch.nn.Module):
             from runtime.kernels.triton.norm import rmsnorm
             return rmsnorm(x, self.weight_m1, self.eps, weight_offset=1.0)
         return rms_norm(x, self.weight, self.eps)
-
-
-class _Act:
-    """One activation and, lazily, its rotation ``R(x)`` - shared by all matmuls that read it."""
-
-    def __init__(self, x: torch.Tensor, rotation: HadamardRotation | None) -> None:
-        self.x, self.rotation, self._rotated = x, rotation, None
-
-    def get(self, folded: bool) -> torch.Tensor:
-        if not folded:
-            return self.x
-        if self._rotated is None:
-            assert self.rotation is not None
-            self._rotated = self.rotation(self.x)
-        return self._rotated
-
-
-def _row_layout(t: TernaryTensor | DenseTensor) -> tuple:
-    """What matrices must share to be stacked into one matmul (``qwen3._fuse_rows``)."""
-    if isinstance(t, TernaryTensor):
-        return ("ternary", t.shape[1], t.group_size, t.encoding)
-    return ("dense", t.shape[1], t.data.dtype)
-
-
-class _Projections(torch.nn.Module):
-    """Matmuls sharing one input: fused where they agree on layout and on being rotated.
-
-    Parts are grouped by (rotated or not, row layout), so the DeltaNet's ternary q|k|v and z rows are one
-    mat-vec even though its a/b rows are dense keep-list tensors (one launch fewer per layer, and one
-    activation quantisation fewer, than a matmul per part)."""
-
-    def __init__(self, parts: list[TernaryTensor | DenseTensor], folded: list[bool],
-                 make: Callable[..., torch.nn.Module]) -> None:
-        super().__init__()
-        self.order: list[tuple[int, int]] = []  # (group, index within group) per part
-        groups: list[list[int]] = []
-        self.group_folded: list[bool] = []
-        for flag in (False, True):
-            idx = [i for i, f in enumerate(folded) if f == flag]
-            for layout in dict.fromkeys(_row_layout(parts[i]) for i in idx):
-                groups.append([i for i in idx if _row_layout(parts[i]) == layout])
-                self.group_folded.append(flag)
-        self.groups = torch.nn.ModuleList(_FusedOrSplit([parts[i] for i in g], make) for g in groups)
-        where = {i: (gi, j) for gi, g in enumerate(groups) for j, i in enumerate(g)}
-        self.order = [where[i] for i in range(len(parts))]
-
-    def forward(self, act: _Act) -> list[torch.Tensor]:
-        outs = [g(act.get(f)) for g, f in zip(self.groups, self.group_folded, strict=True)]
-        return [outs[gi][j] for gi, j in self.order]
 
 
 class Qwen35State(torch.nn.Module):
@@ -179,7 +132,7 @@ class GatedDeltaNetBlock(torch.nn.Module):
         self.use_fla = use_fla
         self.fused = fused  # Triton conv step / gates / gated norm (runtime.kernels.triton.deltanet)
         names = [p + "in_proj_qkv.weight", p + "in_proj_z.weight", p + "in_proj_b.weight", p + "in_proj_a.weight"]
-        self.in_proj = _Projections([tensors[n] for n in names], [n in folded for n in names], make)
+        self.in_proj = Projections([tensors[n] for n in names], [n in folded for n in names], make)
         self.out_name = p + "out_proj.weight"
         self.out_folded = self.out_name in folded
         self.out_proj = make(tensors[self.out_name])
@@ -206,7 +159,7 @@ class GatedDeltaNetBlock(torch.nn.Module):
                 residual: torch.Tensor) -> torch.Tensor:
         """``residual + out_proj(mixer(h))``."""
         t = h.shape[0]
-        qkv, z, b, a = self.in_proj(_Act(h, rotation))
+        qkv, z, b, a = self.in_proj(Activation(h, rotation))
         if self.fused:
             from runtime.kernels.triton import deltanet as dtk
         if self.fused and t == 1:
@@ -229,7 +182,7 @@ class GatedDeltaNetBlock(torch.nn.Module):
         o = o.reshape(t, self.value_dim)
         if self.out_perm is not None:
             o = o.index_select(1, self.out_perm)
-        return _residual_linear(self.out_proj, _Act(o, rotation).get(self.out_folded), residual)
+        return _residual_linear(self.out_proj, Activation(o, rotation).get(self.out_folded), residual)
 
 
 class GatedAttentionBlock(torch.nn.Module):
@@ -249,7 +202,7 @@ class GatedAttentionBlock(torch.nn.Module):
         expect = self.nh * self.hd * (2 if self.gated else 1)
         if q_rows != expect:
             raise ModelFormatError(f"{names[0]} has {q_rows} rows, expected {expect}")
-        self.qkv = _Projections([tensors[n] for n in names], [n in folded for n in names], make)
+        self.qkv = Projections([tensors[n] for n in names], [n in folded for n in names], make)
         self.o_name = p + "o_proj.weight"
         self.o_folded = self.o_name in folded
         self.o_proj = make(tensors[self.o_name])
@@ -261,7 +214,7 @@ class GatedAttentionBlock(torch.nn.Module):
                 rotation: HadamardRotation | None, residual: torch.Tensor) -> torch.Tensor:
         """``residual + o_proj(attention(h))``."""
         t = h.shape[0]
-        q, k, v = self.qkv(_Act(h, rotation))
+        q, k, v = self.qkv(Activation(h, rotation))
         gate = None
         if self.gated:
             qg = q.view(t, self.nh, 2 * self.hd)
@@ -280,7 +233,7 @@ class GatedAttentionBlock(torch.nn.Module):
         o = attn[0].transpose(0, 1).reshape(t, self.nh * self.hd)
         if gate is not None:
             o = o * torch.sigmoid(gate)
-        return _residual_linear(self.o_proj, _Act(o, rotation).get(self.o_folded), residual)
+        return _residual_linear(self.o_proj, Activation(o, rotation).get(self.o_folded), residual)
 
 
 class Qwen35Layer(torch.nn.Module):
@@ -295,7 +248,7 @@ class Qwen35Layer(torch.nn.Module):
         self.input_norm = _Norm(norm(p + "input_layernorm.weight"), self.eps, fused)
         self.post_norm = _Norm(norm(p + "post_attention_layernorm.weight"), self.eps, fused)
         names = [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
-        self.gate_up = _Projections([tensors[n] for n in names], [n in folded for n in names], make)
+        self.gate_up = Projections([tensors[n] for n in names], [n in folded for n in names], make)
         self.down_name = p + "mlp.down_proj.weight"
         self.down_folded = self.down_name in folded
         self.down_proj = make(tensors[self.down_name])
@@ -313,7 +266,7 @@ class Qwen35Layer(torch.nn.Module):
             x = self.mixer(h, state, rotation, x)
         else:
             x = self.mixer(h, cos, sin, input_pos, cache, kv_len, mask, rotation, x)
-        act = _Act(self.post_norm(x), rotation)
+        act = Activation(self.post_norm(x), rotation)
         if self.swiglu is not None and x.shape[0] <= 8:
             from runtime.kernels.triton.matvec import swiglu_matvec
             sw = self.swiglu
@@ -321,7 +274,7 @@ class Qwen35Layer(torch.nn.Module):
         else:
             gate, up = self.gate_up(act)
             m = F.silu(gate) * up
-        return _residual_linear(self.down_proj, _Act(m, rotation).get(self.down_folded), x)
+        return _residual_linear(self.down_proj, Activation(m, rotation).get(self.down_folded), x)
 
 
 class Qwen35Model(PreparedModel):
@@ -387,14 +340,7 @@ class Qwen35Model(PreparedModel):
             return dense(name).to(torch.float32) + offset
 
         embed = tensors["model.embed_tokens.weight"]
-        if embed.shape[1] != config.hidden_size:
-            raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {config.hidden_size}")
-        self.vocab_size = embed.shape[0]
-        emb_dev = placement.embedding_device() if placement is not None else device
-        self.embed: torch.nn.Module = (TernaryEmbedding(embed, emb_dev) if isinstance(embed, TernaryTensor)
-                                       else DenseEmbedding(embed.data.to(device=emb_dev, dtype=dtype)))
-        if placement is not None:
-            self.embed = placement.wrap_embedding(self.embed)
+        self.embed, self.vocab_size = model_embedding(tensors, config.hidden_size, device, dtype, placement)
         self.embed_rotated = "model.embed_tokens.weight" in inverse
         # fla-core Triton kernels for the recurrence on CUDA when installed (None = auto). Not for
         # fp32 activations by default: fla's chunked kernels use tl.dot's default precision, which is
@@ -474,6 +420,22 @@ class Qwen35Model(PreparedModel):
 
     def state_bytes(self) -> int:
         return self.state.nbytes
+
+    def sequence_state(self) -> tuple[torch.Tensor, ...]:
+        """The DeltaNet conv windows and recurrent matrices: a step advances them (not idempotent)."""
+        return (self.state.conv, self.state.recurrent)
+
+    def decode_step(self) -> StepFn | None:
+        """The fused Triton step (:mod:`runtime.model.qwen35.step`; measured on the H200: 106 tok/s for
+        the 27B PTQ1_0 shapes against 7.5 through ``forward``) when this build can run it;
+        ``TERNARY_FUSED_HYBRID=0`` turns it off (the decoder then steps the graph-captured ``forward``)."""
+        if flags.value("TERNARY_FUSED_HYBRID") != "1":
+            return None
+        try:
+            from runtime.model.qwen35.step import qwen35_decode_step
+        except ImportError:  # no Triton
+            return None
+        return qwen35_decode_step(self)
 
     def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor, kv_len: int | None = None,
                 last_only: bool = False) -> torch.Tensor:

@@ -1,0 +1,338 @@
+"""Chatting with a model served elsewhere: any OpenAI-compatible endpoint (another Ternary Chat,
+llama-server, vLLM, SGLang, Ollama).
+
+Why an engine-shaped adapter (:class:`RemoteEngine`): the app's worker, history saver, Stop,
+Regenerate and gauges already speak ``Engine.generate``'s events, so a remote model that yields the
+same :class:`~runtime.generation.TextEvent` / :class:`~runtime.generation.DoneEvent` needs no second
+chat path. Qt-free: the HTTP and SSE handling is tested against a loopback server.
+
+A remote model is addressed in the app by a reference string ``remote:<name>#<model id>`` (see
+:func:`remote_ref`); the remote's base URL lives in the settings, its key in the keyring
+(:mod:`app.core.secrets`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+import urllib3
+
+from runtime.errors import TernaryError
+from runtime.generation import CancelToken, DoneEvent, GenerationStats, TextEvent
+from runtime.hub.tokens import Secret, redact
+
+REF_PREFIX = "remote:"
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 120.0  # longest silence between two stream chunks (a big prompt's prefill on a slow remote)
+
+
+class RemoteError(TernaryError):
+    """A remote endpoint could not be used; the message says what happened and what to check."""
+
+
+@dataclass(frozen=True)
+class RemoteRef:
+    name: str
+    model: str
+
+
+def remote_ref(name: str, model: str) -> str:
+    """The string the model picker and ``last_model`` keep for a remote model."""
+    return f"{REF_PREFIX}{name}#{model}"
+
+
+def parse_remote_ref(ref: str) -> RemoteRef | None:
+    """``remote:<name>#<model>`` -> RemoteRef; None for a local model path."""
+    if not ref.startswith(REF_PREFIX) or "#" not in ref:
+        return None
+    name, _, model = ref[len(REF_PREFIX):].partition("#")
+    return RemoteRef(name, model) if name and model else None
+
+
+def normalize_base_url(url: str) -> str:
+    """``http://host:port`` or ``…/v1`` -> the URL the ``/v1/...`` paths are appended to. Raises ValueError."""
+    url = url.strip().rstrip("/")
+    if not url.lower().startswith(("http://", "https://")):
+        raise ValueError("The address must start with http:// or https:// (e.g. http://192.168.1.20:8731).")
+    if url.lower().endswith("/v1"):
+        url = url[:-3]
+    if len(url.split("://", 1)[1]) == 0:
+        raise ValueError("The address has no host name.")
+    return url
+
+
+def sampling_params(settings: Any) -> dict[str, Any]:
+    """The OpenAI chat-completions parameters for the app's ``GenerationSettings`` (``None`` = remote's default).
+
+    ``top_k``, ``min_p`` and ``repetition_penalty`` are not OpenAI fields but llama-server, vLLM,
+    SGLang and Ternary Chat accept them as extras; servers that do not know them ignore them.
+    """
+    if settings is None:
+        return {}
+    out: dict[str, Any] = {}
+    for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
+                 "repetition_penalty"):
+        value = getattr(settings, name, None)
+        if value is not None:
+            out[name] = value
+    max_new = getattr(settings, "max_new_tokens", None)
+    if max_new:
+        out["max_tokens"] = int(max_new)
+    stop = getattr(settings, "stop", None)
+    if stop:
+        out["stop"] = list(stop)
+    if getattr(settings, "enable_thinking", None) is not None:  # Qwen3 templates on vLLM / SGLang / llama-server
+        out["chat_template_kwargs"] = {"enable_thinking": bool(settings.enable_thinking)}
+    if getattr(settings, "reasoning_effort", None):
+        out["reasoning_effort"] = settings.reasoning_effort
+    return out
+
+
+def _error_detail(response: requests.Response) -> str:
+    """The server's own error message (OpenAI ``{"error": {"message"}}``, or plain text), shortened."""
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text.strip()[:300]
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            return str(err.get("message") or err.get("detail") or err)[:300]
+        return str(err)[:300]
+    return str(body)[:300]
+
+
+def _lines(response: requests.Response) -> Iterator[bytes]:
+    """The body's lines as they arrive. Why not ``iter_lines``: it reads fixed 512-byte blocks, so a
+    short SSE event waits for later ones (the first token would show late, Stop would lose text)."""
+    raw = response.raw
+    buffer = b""
+    while True:
+        data = raw.read1(65536)
+        if not data:
+            break
+        buffer += data
+        while b"\n" in buffer:
+            line, buffer = buffer.split(b"\n", 1)
+            yield line.rstrip(b"\r")
+    if buffer:
+        yield buffer
+
+
+def _shutdown(response: requests.Response) -> None:
+    """Unblock a read that waits on a silent server: shut the socket down (close() alone does not wake it)."""
+    try:
+        sock = response.raw._fp.fp.raw._sock  # http.client response -> buffered reader -> SocketIO -> socket
+        sock.shutdown(socket.SHUT_RDWR)
+    except (AttributeError, OSError):
+        pass
+    response.close()
+
+
+class RemoteClient:
+    """HTTP calls to one OpenAI-compatible endpoint. ``api_key`` is sent as a Bearer header, never logged."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, read_timeout: float = READ_TIMEOUT_S) -> None:
+        self.base_url = normalize_base_url(base_url)
+        self._key = api_key or None
+        if self._key:
+            Secret(self._key)  # registered with the redaction of logs and messages
+        self.read_timeout = read_timeout
+        self._session = requests.Session()
+        self._session.trust_env = False  # a proxy from the environment must not see the key or the chat
+
+    def __repr__(self) -> str:
+        return f"RemoteClient({self.base_url!r})"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        return headers
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        url = self.base_url + path
+        try:
+            response = self._session.request(method, url, headers=self._headers(),
+                                             timeout=(CONNECT_TIMEOUT_S, self.read_timeout), **kwargs)
+        except requests.exceptions.ConnectionError as exc:
+            if isinstance(exc, requests.exceptions.ConnectTimeout):
+                raise RemoteError(f"{self.base_url} did not answer within {CONNECT_TIMEOUT_S:g} s: check the "
+                                  "address and that the server is running.") from None
+            raise RemoteError(f"Could not connect to {self.base_url}: is the server running and the address "
+                              "right?") from None
+        except requests.exceptions.Timeout:
+            raise RemoteError(f"{self.base_url} stopped answering (no data for {self.read_timeout:g} s).") from None
+        except requests.exceptions.RequestException as exc:
+            raise RemoteError(f"Request to {self.base_url} failed: {type(exc).__name__}.") from None
+        if response.status_code >= 400:
+            detail = redact(_error_detail(response))  # a server that echoes the request must not show the key
+            response.close()
+            code = response.status_code
+            if code in (401, 403):
+                raise RemoteError(f"{self.base_url} refused the API key (HTTP {code}): set the right key for this "
+                                  f"remote. Server said: {detail}")
+            if code == 404:
+                raise RemoteError(f"{self.base_url}{path} was not found (HTTP 404): the address may not be an "
+                                  f"OpenAI-compatible server, or the model is not served there. Server said: {detail}")
+            if code in (429, 503):
+                raise RemoteError(f"{self.base_url} is busy (HTTP {code}); try again in a moment. Server said: {detail}")
+            raise RemoteError(f"{self.base_url} answered HTTP {code}: {detail}")
+        return response
+
+    def list_models(self) -> list[str]:
+        """The ids of ``GET /v1/models``, in the server's order."""
+        response = self._request("GET", "/v1/models")
+        try:
+            data = response.json().get("data")
+            models = [str(m["id"]) for m in data]
+        except (ValueError, AttributeError, KeyError, TypeError):
+            raise RemoteError(f"{self.base_url}/v1/models did not return an OpenAI model list.") from None
+        return models
+
+    def stream_chat(self, model: str, messages: list[dict[str, str]], params: dict[str, Any],
+                    cancel: CancelToken | None = None) -> Iterator[dict[str, Any]]:
+        """POST ``/v1/chat/completions`` with ``stream=true``; yields each SSE chunk's JSON object.
+
+        Stop: a watcher closes the connection as soon as ``cancel`` is set, so a stalled server
+        cannot keep the chat waiting; the iterator then just ends. A stream that ends without
+        ``[DONE]`` (the server died mid-answer) raises :class:`RemoteError`.
+        """
+        body = {"model": model, "messages": messages, "stream": True,
+                "stream_options": {"include_usage": True}, **params}
+        response = self._request("POST", "/v1/chat/completions", json=body, stream=True)
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.is_set():
+                if cancel is not None and cancel.wait(0.05):
+                    _shutdown(response)
+                    return
+                if cancel is None:
+                    return
+
+        watcher = threading.Thread(target=watch, name="remote-stop", daemon=True)
+        watcher.start()
+        finished = False
+        try:
+            for raw in _lines(response):
+                if cancel is not None and cancel.cancelled:
+                    return
+                line = raw.decode("utf-8", errors="replace").strip()
+                if not line.startswith("data:"):
+                    continue  # comments (": keep-alive"), event names, blank separators
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    finished = True
+                    return
+                try:
+                    chunk = json.loads(payload)
+                except ValueError:
+                    raise RemoteError(f"{self.base_url} sent a stream chunk that is not JSON.") from None
+                if isinstance(chunk, dict) and "error" in chunk:
+                    err = chunk["error"]
+                    raise RemoteError(f"{self.base_url} stopped with an error: "
+                                      f"{err.get('message') if isinstance(err, dict) else err}")
+                yield chunk
+        except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, AttributeError, ValueError,
+                OSError) as exc:
+            if cancel is not None and cancel.cancelled:
+                return  # our own close() ended the read
+            if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.ReadTimeoutError):
+                raise RemoteError(f"{self.base_url} stopped answering in the middle of the answer (no data for "
+                                  f"{self.read_timeout:g} s); what arrived is kept.") from None
+            if isinstance(exc, requests.exceptions.ConnectionError | urllib3.exceptions.ProtocolError):
+                raise RemoteError(f"The connection to {self.base_url} was lost in the middle of the answer "
+                                  f"({type(exc).__name__}); what arrived is kept.") from None
+            raise RemoteError(f"Reading the answer from {self.base_url} failed: {type(exc).__name__}.") from None
+        finally:
+            done.set()
+            response.close()
+        if not finished and not (cancel is not None and cancel.cancelled):
+            raise RemoteError(f"{self.base_url} ended the stream in the middle of the answer; what arrived is kept.")
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class RemoteEngine:
+    """One model of a remote server, shaped like :class:`runtime.engine.Engine` for the app's worker."""
+
+    remote = True
+
+    def __init__(self, name: str, base_url: str, model: str, api_key: str | None = None,
+                 read_timeout: float = READ_TIMEOUT_S) -> None:
+        self.name = name
+        self.model = model
+        self.client = RemoteClient(base_url, api_key, read_timeout=read_timeout)
+        self.info = {"name": model, "device": self.client.base_url, "backend": "remote", "remote": True,
+                     "remote_name": name, "context_length": 0}
+
+    def check(self) -> None:
+        """Fail early (at "load") when the server is unreachable, refuses the key or lacks the model."""
+        models = self.client.list_models()
+        if self.model not in models:
+            raise RemoteError(f"{self.client.base_url} does not serve {self.model!r}; it serves: "
+                              f"{', '.join(models[:10]) or 'nothing'}.")
+
+    def default_settings(self) -> dict[str, Any]:
+        return {}  # the remote decides its own defaults
+
+    def count_tokens(self, messages: Any, settings: Any = None) -> int:
+        # not a TernaryError: the worker treats this as "no count for the gauge", not as a failed reply
+        raise NotImplementedError("a remote model counts its prompt itself (reported in the usage at the end)")
+
+    def memory_stats(self) -> dict[str, Any]:
+        return {"remote": True}
+
+    def generate(self, messages: list[dict[str, str]], settings: Any = None, cancel: CancelToken | None = None,
+                 started_at: float = 0.0) -> Iterator[TextEvent | DoneEvent]:
+        """Stream one reply as the engine would: text and thinking events, then a DoneEvent with the
+        times measured here (first token, decode tok/s from the remote's usage or the chunks counted)."""
+        t0 = started_at or time.perf_counter()
+        text: list[str] = []
+        thinking: list[str] = []
+        t_first = 0.0
+        chunks = 0
+        usage: dict[str, Any] = {}
+        finish = "stop"
+        stats = GenerationStats(device="remote")
+        try:
+            for chunk in self.client.stream_chat(self.model, list(messages), sampling_params(settings), cancel):
+                if isinstance(chunk.get("usage"), dict):
+                    usage = chunk["usage"]
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    for key, channel, sink in (("reasoning_content", "thinking", thinking),
+                                               ("reasoning", "thinking", thinking), ("content", "answer", text)):
+                        piece = delta.get(key)
+                        if isinstance(piece, str) and piece:
+                            if not t_first:
+                                t_first = time.perf_counter()
+                            chunks += 1
+                            sink.append(piece)
+                            yield TextEvent(piece, channel)  # type: ignore[arg-type]
+                    if choice.get("finish_reason"):
+                        finish = str(choice["finish_reason"])
+        finally:
+            now = time.perf_counter()
+            stats.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            stats.generated_tokens = int(usage.get("completion_tokens") or chunks)
+            stats.ttft_s = (t_first - t0) if t_first else 0.0
+            stats.total_s = now - t0
+            if t_first and now > t_first and stats.generated_tokens > 1:
+                stats.decode_tok_s = (stats.generated_tokens - 1) / (now - t_first)
+        if cancel is not None and cancel.cancelled:
+            finish = "cancelled"
+        stats.finish_reason = finish if finish in ("stop", "length", "cancelled") else "stop"  # type: ignore[assignment]
+        yield DoneEvent(stats, "".join(text), "".join(thinking))
+
+    def close(self) -> None:
+        self.client.close()

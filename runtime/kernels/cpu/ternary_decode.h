@@ -1,0 +1,403 @@
+/* One decode token of a dense Qwen3 / Llama model in C (runtime/kernels/cpu/decode_step.py drives it).
+
+   Why: a CPU decode token of the 1.7B runs ~400 small torch ops (norms, RoPE, attention, SiLU,
+   residuals) around its ~200 mat-vecs, and their dispatch cost is as large as the mat-vecs' own time.
+   ds_layers runs every layer for one token: RMSNorm -> q/k/v mat-vecs (this library's ternary_mm_q8 or
+   ternary_mm, the very kernels the model's layers call) -> per-head q/k RMSNorm (Qwen3) -> RoPE from
+   the model's own cos/sin tables -> K/V written into the model's own cache at pos (fp32, fp16, bf16 or
+   int8 + scale, rounded exactly as runtime.kv_cache writes them) -> softmax attention over [0, pos]
+   (GQA, heads in parallel) -> O mat-vec + residual -> RMSNorm -> gate/up -> SiLU * up -> down +
+   residual; then the final RMSNorm. The embedding lookup and the LM head stay with the model's modules.
+
+   Included at the end of ternary_x86.c and ternary_neon.c (after their exported kernels). */
+
+#ifndef TERNARY_DECODE_H
+#define TERNARY_DECODE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
+
+#define DS_MAX_HEAD_DIM 512
+
+enum { DS_KV_F32 = 0, DS_KV_F16 = 1, DS_KV_BF16 = 2, DS_KV_I8 = 3 };
+
+typedef struct {           /* one ternary matrix as the model's CpuTernaryLinear holds it */
+    const uint32_t *words;
+    const uint16_t *scales;
+    int64_t N, K, G;       /* N = 0: no matrix (its rows are part of a fused neighbour) */
+    int64_t int8;          /* 1: int8 activations, 0: exact fp32 */
+} ds_lin;
+
+typedef struct {
+    ds_lin q, k, v, o, gate, up, down;
+    const float *in_norm, *post_norm, *q_norm, *k_norm;  /* q_norm/k_norm NULL: none (Llama) */
+    void *kc, *vc;         /* this layer's cache [kv_heads, P, D] */
+    float *ks, *vs;        /* int8 cache: its scales [kv_heads, P]; else NULL */
+} ds_layer;
+
+typedef struct {
+    int64_t n_layers, E, H, Hkv, D, I, P, kv_dtype;
+    float eps;
+    const float *cos, *sin;   /* [P, D] */
+    const float *final_norm;
+    ds_layer *layers;
+    float *scratch;           /* ds_scratch_floats(...) floats, 64-byte aligned */
+} ds_model;
+
+TC_EXPORT int64_t ds_scratch_floats(int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t I, int64_t P);
+TC_EXPORT void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthreads);
+
+/* ------------------------------------------------------------------ fp32 -> fp16 / bf16, round to nearest even */
+static inline uint16_t ds_f2h(float f) {
+#if defined(__F16C__)
+    return (uint16_t)_cvtss_sh(f, 0);
+#elif defined(__aarch64__)
+    __fp16 h = (__fp16)f;
+    uint16_t r;
+    memcpy(&r, &h, 2);
+    return r;
+#else
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint32_t sign = (x >> 16) & 0x8000;
+    const uint32_t ax = x & 0x7FFFFFFF;
+    if (ax >= 0x7F800000) return (uint16_t)(sign | 0x7C00 | (ax > 0x7F800000 ? 0x200 : 0));
+    if (ax >= 0x477FF000) return (uint16_t)(sign | 0x7C00);  /* rounds to >= 65520: inf */
+    if (ax < 0x38800000) {  /* fp16 subnormal or zero: value / 2^-24, rounded to nearest even */
+        if (ax < 0x33000000) return (uint16_t)sign;          /* < 2^-25: 0 (2^-25 ties to 0 too) */
+        const uint32_t e = ax >> 23, man = (ax & 0x7FFFFF) | 0x800000;
+        const uint32_t shift = 126 - e;                        /* 14 .. 24 */
+        uint32_t r = man >> shift;
+        const uint32_t rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (uint16_t)(sign | r);
+    }
+    uint32_t r = ((ax >> 13) - (112u << 10));
+    const uint32_t rem = ax & 0x1FFF;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (uint16_t)(sign | r);
+#endif
+}
+
+static inline uint16_t ds_f2bf(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((x >> 16) | 0x40);  /* NaN stays NaN */
+    x += 0x7FFF + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+static inline float ds_bf2f(uint16_t h) {
+    const uint32_t x = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+/* one cached row (D values) -> fp32 */
+static inline void ds_row_f32(const void *base, int64_t idx, int64_t D, int64_t kind, const float *scales,
+                              float *out) {
+    if (kind == DS_KV_F32) {
+        memcpy(out, (const float *)base + idx * D, (size_t)D * 4);
+    } else if (kind == DS_KV_F16) {
+        const uint16_t *s = (const uint16_t *)base + idx * D;
+        int64_t i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+#elif defined(__aarch64__)
+        for (; i + 4 <= D; i += 4) vst1q_f32(out + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(s + i))));
+#endif
+        for (; i < D; i++) out[i] = h2f(s[i]);
+    } else if (kind == DS_KV_BF16) {
+        const uint16_t *s = (const uint16_t *)base + idx * D;
+        for (int64_t i = 0; i < D; i++) out[i] = ds_bf2f(s[i]);
+    } else {
+        const int8_t *s = (const int8_t *)base + idx * D;
+        const float sc = scales[idx];
+        for (int64_t i = 0; i < D; i++) out[i] = (float)s[i] * sc;
+    }
+}
+
+/* write one row at idx exactly as runtime.kv_cache.KVCache.update does */
+static inline void ds_row_store(void *base, int64_t idx, int64_t D, int64_t kind, float *scales, const float *v) {
+    if (kind == DS_KV_F32) {
+        memcpy((float *)base + idx * D, v, (size_t)D * 4);
+    } else if (kind == DS_KV_F16) {
+        uint16_t *d = (uint16_t *)base + idx * D;
+        for (int64_t i = 0; i < D; i++) d[i] = ds_f2h(v[i]);
+    } else if (kind == DS_KV_BF16) {
+        uint16_t *d = (uint16_t *)base + idx * D;
+        for (int64_t i = 0; i < D; i++) d[i] = ds_f2bf(v[i]);
+    } else {  /* quantize_int8: s = amax / 127; q = sign * floor(|x / s| + 0.5), clamped to +-127 */
+        int8_t *d = (int8_t *)base + idx * D;
+        float amax = 0.0f;
+        for (int64_t i = 0; i < D; i++) amax = fmaxf(amax, fabsf(v[i]));
+        const float s = amax / 127.0f, safe = s > 0.0f ? s : 1.0f;
+        for (int64_t i = 0; i < D; i++) {
+            const float qf = v[i] / safe;
+            float r = floorf(fabsf(qf) + 0.5f);
+            r = r > 127.0f ? 127.0f : r;
+            d[i] = (int8_t)(qf < 0.0f ? -r : r);
+        }
+        scales[idx] = s;
+    }
+}
+
+/* 16 independent partial sums: the compiler vectorises this without reassociating anything */
+static inline float ds_dot(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
+    float s = 0.0f;
+    for (int j = 0; j < 16; j++) s += acc[j];
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline float ds_sumsq(const float *a, int64_t n) { return ds_dot(a, a, n); }
+
+/* HF RMSNorm in fp32: w * (x * rsqrt(mean(x^2) + eps)) */
+static inline void ds_rms_norm(const float *x, const float *w, float *out, int64_t n, float eps) {
+    const float r = 1.0f / sqrtf(ds_sumsq(x, n) / (float)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (x[i] * r);
+}
+
+/* x * cos + rotate_half(x) * sin, in place, full rotary dim */
+static inline void ds_rope(float *x, const float *c, const float *s, int64_t D) {
+    float t[DS_MAX_HEAD_DIM];
+    const int64_t h = D / 2;
+    for (int64_t i = 0; i < h; i++) t[i] = x[i] * c[i] - x[i + h] * s[i];
+    for (int64_t i = h; i < D; i++) t[i] = x[i] * c[i] + x[i - h] * s[i];
+    memcpy(x, t, (size_t)D * 4);
+}
+
+/* ------------------------------------------------------------------ mat-vecs through the library's kernels */
+typedef struct {            /* the int8 activations of one vector (quantize_q8's outputs) */
+    int8_t *q;
+    float *d;
+    int32_t *qsum;
+} ds_q8;
+
+static void ds_matvec(const ds_lin *l, const float *x, const ds_q8 *qx, float *y, int nthreads) {
+    if (l->N == 0) return;
+    if (l->int8)
+        ternary_mm_q8(qx->q, qx->d, qx->qsum, l->words, l->scales, y, 1, l->N, l->K, l->G, l->N, nthreads);
+    else
+        ternary_mm(x, l->words, l->scales, y, 1, l->N, l->K, l->G, l->N, nthreads);
+}
+
+#if defined(Q8_ZMM) || defined(Q8_YMM)
+/* Up to 3 int8 mat-vecs over one input (q|k|v, gate|up) as ONE pool job: one wake-up and one wait
+   instead of three, and the activations are prepared once (prep_q8). Same per-row arithmetic as
+   ternary_mm_q8 (q8_job), so the results are bit-identical to separate calls. */
+typedef struct {
+    q8_args a[3];
+    int64_t first[4];  /* row-block offsets of each matrix in the joint range */
+    int n;
+} ds_multi;
+
+static void ds_multi_job(const void *ctx, int64_t i0, int64_t i1) {
+    const ds_multi *mm = (const ds_multi *)ctx;
+    for (int j = 0; j < mm->n; j++) {
+        const int64_t lo = i0 > mm->first[j] ? i0 : mm->first[j];
+        const int64_t hi = i1 < mm->first[j + 1] ? i1 : mm->first[j + 1];
+        if (lo < hi) q8_job(&mm->a[j], lo - mm->first[j], hi - mm->first[j]);
+    }
+}
+
+/* prep: nck * PB bytes for the widest K (64-byte aligned), reused by every call of the token */
+static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const ds_q8 *qx, uint8_t *prep,
+                         int nthreads) {
+    ds_multi mm;
+    int cnt = 0;
+    const int64_t K = ls[0]->K;
+    for (int j = 0; j < n; j++) {
+        const ds_lin *l = ls[j];
+        if (l->N == 0) continue;
+        if (!l->int8 || l->K != K || !q8_vector_ok(l->K, l->G)) return 0;
+    }
+    mm.first[0] = 0;
+    for (int j = 0; j < n; j++) {
+        const ds_lin *l = ls[j];
+        if (l->N == 0) continue;
+        q8_args *a = &mm.a[cnt];
+        memset(a, 0, sizeof *a);
+        a->q = qx->q; a->d = qx->d; a->qsum = qx->qsum; a->prep = prep;
+        a->words = l->words; a->scales = l->scales; a->y = ys[j];
+        a->K = l->K; a->G = l->G; a->NG = l->K / l->G; a->KC = l->K / 16; a->nck = l->K / CW;
+        a->ldy = l->N; a->N = l->N; a->M = 1; a->m0 = 0; a->m1 = 1;
+        int32_t idx[VW];
+        for (int L = 0; L < VW; L++) idx[L] = l->G < CW ? (int32_t)(L * 16 / l->G) : 0;
+        memcpy(&a->sidx, idx, sizeof idx);
+        mm.first[cnt + 1] = mm.first[cnt] + (l->N + Q8_RD - 1) / Q8_RD;
+        cnt++;
+    }
+    if (cnt == 0) return 1;
+    mm.n = cnt;
+    prep_q8(qx->q, qx->d, qx->qsum, prep, 0, 1, K, K / CW);
+    tp_run(ds_multi_job, &mm, mm.first[cnt], nthreads);
+    return 1;
+}
+#define DS_PREP_BYTES(K) ((K) / CW * PB + 64)
+#else
+static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const ds_q8 *qx, uint8_t *prep,
+                         int nthreads) {
+    (void)ls; (void)ys; (void)n; (void)qx; (void)prep; (void)nthreads;
+    return 0;
+}
+#define DS_PREP_BYTES(K) 64
+#endif
+
+/* ls[j] (N = 0: absent) times the same input x into ys[j] */
+static void ds_matvecs(const ds_lin *const *ls, float *const *ys, int n, const float *x, const ds_q8 *qx,
+                       uint8_t *prep, int nthreads) {
+    int any8 = 0;
+    for (int j = 0; j < n; j++) any8 |= ls[j]->N && ls[j]->int8;
+    if (any8) quantize_q8(x, 1, ls[0]->K, qx->q, qx->d, qx->qsum);
+    if (any8 && prep && ds_matvecs_q8(ls, ys, n, qx, prep, nthreads)) return;
+    for (int j = 0; j < n; j++) ds_matvec(ls[j], x, qx, ys[j], nthreads);
+}
+
+/* ------------------------------------------------------------------ attention, one query head per job item */
+typedef struct {
+    const ds_model *m;
+    const ds_layer *l;
+    const float *q;   /* [H, D] after norm + RoPE */
+    float *out;       /* [H, D] */
+    float *scores;    /* [H, P] */
+    int64_t pos;
+} ds_attn_args;
+
+static void ds_attn_job(const void *ctx, int64_t h0, int64_t h1) {
+    const ds_attn_args *a = (const ds_attn_args *)ctx;
+    const ds_model *m = a->m;
+    const int64_t D = m->D, P = m->P, group = m->H / m->Hkv, n = a->pos + 1;
+    const float scale = 1.0f / sqrtf((float)D);
+    float row[DS_MAX_HEAD_DIM];
+    for (int64_t h = h0; h < h1; h++) {
+        const int64_t g = h / group;
+        const float *q = a->q + h * D;
+        float *sc = a->scores + h * P, *o = a->out + h * D;
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < n; t++) {
+            ds_row_f32(a->l->kc, g * P + t, D, m->kv_dtype, a->l->ks, row);
+            sc[t] = ds_dot(q, row, D) * scale;
+            mx = sc[t] > mx ? sc[t] : mx;
+        }
+        float sum = 0.0f;
+        for (int64_t t = 0; t < n; t++) {
+            sc[t] = expf(sc[t] - mx);
+            sum += sc[t];
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t i = 0; i < D; i++) o[i] = 0.0f;
+        for (int64_t t = 0; t < n; t++) {
+            ds_row_f32(a->l->vc, g * P + t, D, m->kv_dtype, a->l->vs, row);
+            const float p = sc[t] * inv;
+            for (int64_t i = 0; i < D; i++) o[i] += p * row[i];
+        }
+    }
+}
+
+typedef void (*ds_fn)(const void *ctx, int64_t i0, int64_t i1);
+
+static void ds_parallel(ds_fn fn, const void *ctx, int64_t n, int nthreads) {
+#if defined(TERNARY_POOL_H)
+    tp_run(fn, ctx, n, nthreads);
+#else
+    (void)nthreads;
+    #pragma omp parallel for schedule(static, 1) num_threads(nthreads)
+    for (int64_t i = 0; i < n; i++) fn(ctx, i, i + 1);
+#endif
+}
+
+/* ------------------------------------------------------------------ the step */
+int64_t ds_scratch_floats(int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t I, int64_t P) {
+    int64_t widest = E > H * D ? E : H * D;
+    widest = widest > I ? widest : I;
+    /* h, qkv, att, gate|up, act, q8 (int8 + d + qsum), scores; each part rounded to 16 floats */
+#define DS_R16(v) (((v) + 15) / 16 * 16)
+    return DS_R16(E) + DS_R16(H * D + 2 * Hkv * D) + DS_R16(H * D) + DS_R16(2 * I) + DS_R16(I) +
+           DS_R16(widest / 4 + 2 * (widest / TC_QBLOCK) + 16) + DS_R16(H * P);
+}
+
+/* every layer for one token at pos: x [E] (the embedding) is updated in place, out [E] = final norm */
+void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthreads) {
+    const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D, I = m->I, P = m->P;
+    float *p = m->scratch;
+    float *h = p; p += DS_R16(E);
+    float *qkv = p; p += DS_R16(H * D + 2 * Hkv * D);
+    float *att = p; p += DS_R16(H * D);
+    float *gu = p; p += DS_R16(2 * I);
+    float *act = p; p += DS_R16(I);
+    int64_t widest = E > H * D ? E : H * D;
+    widest = widest > I ? widest : I;
+    ds_q8 qx;
+    qx.q = (int8_t *)p;
+    qx.d = (float *)(qx.q + widest);
+    qx.qsum = (int32_t *)(qx.d + widest / TC_QBLOCK);
+    p += DS_R16(widest / 4 + 2 * (widest / TC_QBLOCK) + 16);
+    float *scores = p;
+    const float *cs = m->cos + pos * D, *sn = m->sin + pos * D;
+    float *qv = qkv, *kv = qkv + H * D, *vv = qkv + H * D + Hkv * D;
+    uint8_t *prep = (uint8_t *)aligned_alloc(64, (size_t)((DS_PREP_BYTES(widest) + 63) / 64 * 64));
+    /* prep NULL (out of memory): the separate kernel calls, which need none of it */
+
+    for (int64_t li = 0; li < m->n_layers; li++) {
+        const ds_layer *l = &m->layers[li];
+        /* attention */
+        ds_rms_norm(x, l->in_norm, h, E, m->eps);
+        {   /* a fused q|k|v matrix (k, v absent) writes all three */
+            const ds_lin *ls[3] = {&l->q, &l->k, &l->v};
+            float *ys[3] = {qv, kv, vv};
+            ds_matvecs(ls, ys, 3, h, &qx, prep, nthreads);
+        }
+        for (int64_t i = 0; i < H; i++) {
+            if (l->q_norm) ds_rms_norm(qv + i * D, l->q_norm, qv + i * D, D, m->eps);
+            ds_rope(qv + i * D, cs, sn, D);
+        }
+        for (int64_t i = 0; i < Hkv; i++) {
+            if (l->k_norm) ds_rms_norm(kv + i * D, l->k_norm, kv + i * D, D, m->eps);
+            ds_rope(kv + i * D, cs, sn, D);
+            ds_row_store(l->kc, i * P + pos, D, m->kv_dtype, l->ks, kv + i * D);
+            ds_row_store(l->vc, i * P + pos, D, m->kv_dtype, l->vs, vv + i * D);
+        }
+        const ds_attn_args aa = {m, l, qv, att, scores, pos};
+        ds_parallel(ds_attn_job, &aa, H, nthreads);
+        {
+            const ds_lin *ls[1] = {&l->o};
+            float *ys[1] = {h};
+            ds_matvecs(ls, ys, 1, att, &qx, prep, nthreads);
+        }
+        for (int64_t i = 0; i < E; i++) x[i] += h[i];
+        /* MLP */
+        ds_rms_norm(x, l->post_norm, h, E, m->eps);
+        {   /* a fused gate|up matrix (up absent) writes both */
+            const ds_lin *ls[2] = {&l->gate, &l->up};
+            float *ys[2] = {gu, gu + I};
+            ds_matvecs(ls, ys, 2, h, &qx, prep, nthreads);
+        }
+        for (int64_t i = 0; i < I; i++) {
+            const float g = gu[i];
+            act[i] = g / (1.0f + expf(-g)) * gu[I + i];
+        }
+        {
+            const ds_lin *ls[1] = {&l->down};
+            float *ys[1] = {h};
+            ds_matvecs(ls, ys, 1, act, &qx, prep, nthreads);
+        }
+        for (int64_t i = 0; i < E; i++) x[i] += h[i];
+    }
+    ds_rms_norm(x, m->final_norm, out, E, m->eps);
+    free(prep);
+#undef DS_R16
+}
+
+#endif /* TERNARY_DECODE_H */
