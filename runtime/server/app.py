@@ -23,7 +23,8 @@ async def health(gw: Gateway, request: Request) -> Response:
     loading = gw.access.engine is None
     body = {"status": "loading" if loading else "ok", "model": gw.model_id, "active": st.active, "queued": st.queued,
             "max_queue": gw.scheduler.max_queue, "parallel_requests": 1,
-            "scheduling": "one request at a time, others queue", "requests_served": st.requests_served}
+            "scheduling": "one request at a time, others queue", "requests_served": st.requests_served,
+            "requests_cancelled": st.requests_cancelled, "requests_failed": st.requests_failed}
     return JSONResponse(body, status_code=503 if loading else 200)
 
 

@@ -49,6 +49,7 @@ class Job:
 class ServerStats:
     requests_served: int = 0
     requests_failed: int = 0
+    requests_cancelled: int = 0  # the client went away (or the server stopped) before the answer ended
     tokens_generated: int = 0
     tokens_per_s: float = 0.0  # the last request's decode tok/s
     active: int = 0
@@ -91,6 +92,7 @@ class Scheduler:
         with self._cond:
             if job in self._waiting:
                 self._waiting.remove(job)
+                self._stats.requests_cancelled += 1
                 job.put(END)
 
     def record_failure(self) -> None:
@@ -146,6 +148,8 @@ class Scheduler:
         try:
             with self.access.lease() as engine:
                 if job.cancel.cancelled:
+                    with self._cond:
+                        self._stats.requests_cancelled += 1
                     return
                 if engine is None:
                     raise APIError(503, "the model is loading; retry in a moment", retry_after=5)
@@ -162,6 +166,8 @@ class Scheduler:
         with self._cond:
             if done is not None and done.stats.finish_reason != "cancelled":
                 self._stats.requests_served += 1
+            else:
+                self._stats.requests_cancelled += 1
             if done is not None:
                 self._stats.tokens_generated += done.stats.generated_tokens
                 if done.stats.decode_tok_s > 0:

@@ -163,8 +163,12 @@ def test_client_disconnect_mid_stream_frees_the_slot(tiny_engine_for_server):
         _wait(lambda: handle.stats().active == 0, timeout=5)
         st = handle.stats()
         assert st.tokens_generated < 200  # stopped early, not run to the end
+        assert st.requests_cancelled == 1 and st.requests_served == 0
         status, _, out = _post(handle.url, "/v1/chat/completions", CHAT)
         assert status == 200 and out["usage"]["completion_tokens"] >= 1
+        status, _, body = raw(handle.url, "GET", "/health")
+        health = json.loads(body)
+        assert health["requests_served"] == 1 and health["requests_cancelled"] == 1
     finally:
         handle.stop()
 
