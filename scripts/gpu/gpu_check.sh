@@ -13,9 +13,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
   && export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 T0=$(date +%s)
-[ -n "${SKIP_TESTS:-}" ] || timeout ${TESTS_S:-330} python3 -m pytest -q -p no:cacheprovider -n 16 tests/gpu tests/engine/test_engine_gpu.py \
-  tests/hybrid/test_hybrid_gpu.py tests/hybrid/test_hybrid_fused_step.py > "$OUT/gpu_tests.log" 2>&1
-[ -n "${SKIP_TESTS:-}" ] || echo "gpu tests rc=$? in $(( $(date +%s) - T0 )) s"; [ -n "${SKIP_TESTS:-}" ] || grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.log" | tail -25
+if [ -z "${SKIP_TESTS:-}" ]; then
+  timeout ${TESTS_S:-330} python3 -m pytest -q -p no:cacheprovider -n 16 tests/gpu tests/engine/test_engine_gpu.py \
+    tests/hybrid/test_hybrid_gpu.py tests/hybrid/test_hybrid_fused_step.py > "$OUT/gpu_tests.log" 2>&1
+  echo "gpu tests rc=$? in $(( $(date +%s) - T0 )) s"; grep -E "passed|failed|FAILED|Error" "$OUT/gpu_tests.log" | tail -25
+fi
 B="--synthetic bonsai-8b --ctx 4096 --prompt-tokens 512 --gen 256 --runs 3 --baseline none --cache-dir /tmp/syn"
 for tree in ${TREES-new old new old}; do
   if [ $tree = old ]; then dir=.oldtree; pp=/tmp/site:$PWD/.oldtree; else dir=.; pp=/tmp/site:$PWD; fi
