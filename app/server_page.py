@@ -124,11 +124,11 @@ class ServerPage(QWidget):
         s = self.values()
         self.url_edit.setText(s.url + "/v1")
         self.key_status.setText(self.tr("stored: ••••••••") if get_key(SERVER_KEY) else self.tr("none"))
-        server = getattr(self.window, "server", None)
-        if server is not None and server.running:
+        server = self.window.server
+        if server.running:
             self.state.setText(self.tr("Running at %1, serving %2.").replace("%1", server.url)
                                .replace("%2", server.model_id))
-        elif getattr(self.window, "server_error", ""):
+        elif self.window.server_error:
             self.state.setText(self.tr("Not running: %1").replace("%1", self.window.server_error))
         else:
             self.state.setText(self.tr("Not running.") + (" " + self.tr("It starts when a local model is loaded.")
@@ -160,8 +160,7 @@ class ServerPage(QWidget):
 
     def _restart_if_running(self) -> None:
         """A running server takes the new key at once (it is restarted with it)."""
-        server = getattr(self.window, "server", None)
-        if server is not None and server.running:
+        if self.window.server.running:
             self.window.sync_server()
             self._refresh()
 
@@ -211,8 +210,7 @@ class RemotesPage(QWidget):
         self.message.setWordWrap(True)
         self.message.setAccessibleName(self.tr("Remote message"))
         lay.addWidget(self.message)
-        if hasattr(window, "remoteModelsListed"):
-            window.remoteModelsListed.connect(self._on_listed)  # a bound slot: disconnected when the page goes
+        window.remoteModelsListed.connect(self._on_listed)  # a bound slot: disconnected when the page goes
 
     def _on_listed(self, _name: str) -> None:
         self._fill()
@@ -224,8 +222,8 @@ class RemotesPage(QWidget):
     def _fill(self) -> None:
         current = self.list.currentItem().data(256) if self.list.currentItem() else None
         self.list.clear()
-        listed = getattr(self.window, "remote_models", {})
-        errors = getattr(self.window, "remote_errors", {})
+        listed = self.window.remote_models
+        errors = self.window.remote_errors
         for name, url in self.remotes.items():
             if name in errors:
                 state = self.tr("error: %1").replace("%1", errors[name])
@@ -278,7 +276,7 @@ class RemotesPage(QWidget):
 
     def refresh_models(self) -> None:
         names = [n for n in self.remotes if n in self.window.settings.remotes]
-        if names and hasattr(self.window, "refresh_remote_models"):
+        if names:
             self.window.refresh_remote_models(names)
             self.message.setText(self.tr("Listing the models…"))
         else:

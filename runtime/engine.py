@@ -46,6 +46,7 @@ from runtime.generation import (
     TokenEvent,
 )
 from runtime.kv_cache import default_kv_dtype, resolve_kv_dtype
+from runtime.model.base import StepFn
 from runtime.model.qwen3 import Qwen3Model
 from runtime.sampling import StopStringMatcher, TokenSampler, token_logprobs
 from runtime.sampling_params import check as check_setting
@@ -149,7 +150,7 @@ class Engine:
         self._notified_fallback = False
         self._pending_notices: list[str] = []  # said once, at the start of the next generation
         # runtime.kernels.cpu.decode_step's one-token step for this model and cache (built on first use)
-        self._cpu_step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+        self._cpu_step: StepFn | None = None
         self._cpu_step_built = False
 
     # ------------------------------------------------------------------ loading
@@ -432,7 +433,7 @@ class Engine:
             with torch.inference_mode():
                 # ---- prefill (only what the cache does not already hold)
                 common = _common_prefix(self._cached_tokens, prompt_ids)
-                rewind = getattr(model, "supports_prefix_rewind", True)
+                rewind = model.supports_prefix_rewind
                 logits = None
                 saved = self._end_logits
                 if rewind and saved is not None and saved[0] == len(prompt_ids) and common >= len(prompt_ids):
@@ -549,7 +550,7 @@ class Engine:
                             yield NoticeEvent(f"The context ({ctx} tokens) is full.")
                 if hasattr(stream, "close"):
                     stream.close()  # type: ignore[union-attr]
-                if not exhausted and self.graph_decode and not getattr(model, "supports_prefix_rewind", True):
+                if not exhausted and self.graph_decode and not model.supports_prefix_rewind:
                     # the graph decoder runs one step ahead: a recurrent (DeltaNet) state has already
                     # taken a token past _cached_tokens and cannot be rewound, so nothing is reusable
                     self._cached_tokens = []
@@ -574,7 +575,7 @@ class Engine:
             raise OutOfMemoryError(
                 f"out of {dev.type.upper()} memory while generating; load with a smaller context") from exc
         except GeneratorExit:
-            if not getattr(model, "supports_prefix_rewind", True):
+            if not model.supports_prefix_rewind:
                 self._cached_tokens = []
                 self._end_logits = None  # the recurrent state may be ahead of the listed tokens
             raise  # the caller stopped iterating; _cached_tokens only ever lists fully written positions
@@ -659,7 +660,7 @@ class Engine:
                 tok = pick(row)
                 yield tok
 
-    def _cpu_decode_step(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
+    def _cpu_decode_step(self) -> StepFn | None:
         """``runtime.kernels.cpu.decode_step``'s one-token step for this model (the same K/V writes and
         logits as ``model.forward``, faster), built once per model and cache; ``None``: use the forward."""
         if not self._cpu_step_built:
@@ -799,7 +800,7 @@ class _Hooks:
     and the last sampled token's ``(logprob, [(id, logprob), ...])`` the token stream leaves for the loop."""
 
     logprobs: int | None = None
-    constraint: Any = None
+    constraint: TokenConstraint | None = None
     last: tuple[float, list[tuple[int, float]]] | None = None
 
 

@@ -65,7 +65,7 @@ FLAGS: tuple[Flag, ...] = (
          "runtime.model.qwen35.model (decode_step)"),
     Flag("TERNARY_FUSED_SAMPLING", "1", "0, 1",
          "0: the graph decoder samples with torch ops instead of the one-launch Triton sampler",
-         "runtime.gpu_decode (decoder build)"),
+         "runtime.sampling (TokenSampler build)"),
     Flag("TERNARY_GRAPH_PREFILL", "1", "0, 1",
          "0: prefill runs eagerly instead of as captured CUDA graphs",
          "runtime.prefill"),

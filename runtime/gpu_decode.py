@@ -25,7 +25,7 @@ import torch
 
 from runtime.capture_stream import warmup_stream
 from runtime.generation import GenerationSettings
-from runtime.model.base import StepFn
+from runtime.model.base import PreparedModel, StepFn
 from runtime.sampling import SamplingPlan, TokenSampler
 
 
@@ -205,10 +205,10 @@ class StatefulGraphDecoder(GraphDecoder):
                 b.copy_(s)
 
 
-def graph_decoder_for(model: torch.nn.Module, step: StepFn, device: torch.device | str,
+def graph_decoder_for(model: PreparedModel, step: StepFn, device: torch.device | str,
                       use_graph: bool | None = None) -> GraphDecoder:
-    """The decoder for ``model`` (a :class:`runtime.model.base.PreparedModel`): one whose
-    :meth:`sequence_state` is not empty gets :class:`StatefulGraphDecoder`, others the plain one."""
+    """The decoder for ``model``: one whose :meth:`~runtime.model.base.PreparedModel.sequence_state` is not
+    empty gets :class:`StatefulGraphDecoder`, others the plain one."""
     buffers = model.sequence_state()
     if buffers:
         return StatefulGraphDecoder(step, model.vocab_size, device, buffers, use_graph=use_graph)

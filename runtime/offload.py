@@ -141,6 +141,11 @@ class StreamedLayer(torch.nn.Module):
         return out
 
 
+def unwrap_streamed(layer: torch.nn.Module) -> tuple[torch.nn.Module, StreamedLayer | None]:
+    """A model layer's block and, when the layer is streamed, its :class:`StreamedLayer` (else ``None``)."""
+    return (layer.block, layer) if isinstance(layer, StreamedLayer) else (layer, None)
+
+
 class LayerStreamer:
     """Owns the pinned host copies, the two GPU staging slots, the copy stream and its events.
 

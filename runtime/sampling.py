@@ -248,9 +248,12 @@ class TokenSampler:
         the logits to -inf first, so penalties, temperature and truncation apply to the allowed tokens."""
         if allowed is not None:
             x = logits.reshape(-1)[: self.vocab_size]
-            mask = torch.zeros(self.vocab_size, dtype=torch.bool)
-            n = min(self.vocab_size, allowed.numel())
-            mask[:n] = allowed.reshape(-1)[:n]
+            mask = allowed.reshape(-1).to(torch.bool)
+            if mask.numel() != self.vocab_size:  # a shorter mask allows nothing beyond its end
+                padded = torch.zeros(self.vocab_size, dtype=torch.bool, device=mask.device)
+                n = min(self.vocab_size, mask.numel())
+                padded[:n] = mask[:n]
+                mask = padded
             logits = x.masked_fill(~mask.to(x.device, non_blocking=True), NEG_INF)
         nxt = self.next_token(logits)
         self.record(nxt)

@@ -66,6 +66,7 @@ class Tokenizer:
         self.add_bos_token = data.add_bos_token
         self.think_open_id = self._tok.token_to_id(THINK_OPEN)
         self.think_close_id = self._tok.token_to_id(THINK_CLOSE)
+        self._bytes_cache: dict[int, bytes] = {}  # token_bytes, per id
         if not self.eos_token_ids:
             for name in ("<|im_end|>", "<|endoftext|>"):
                 tid = self._tok.token_to_id(name)
@@ -101,10 +102,9 @@ class Tokenizer:
         """The bytes a token stands for (API logprobs report them; may be part of a UTF-8 character):
         added/special tokens as their text, byte-level BPE pieces through GPT-2's alphabet,
         SentencePiece byte tokens (``<0x0A>``) as that byte and ``\u2581`` as a space. Cached per id."""
-        cache = self.__dict__.setdefault("_bytes_cache", {})
-        out = cache.get(token_id)
+        out = self._bytes_cache.get(token_id)
         if out is None:
-            out = cache[token_id] = self._token_bytes(token_id)
+            out = self._bytes_cache[token_id] = self._token_bytes(token_id)
         return out
 
     def _token_bytes(self, token_id: int) -> bytes:

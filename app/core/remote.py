@@ -79,18 +79,16 @@ def sampling_params(settings: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "top_k", "min_p",
                  "repetition_penalty"):
-        value = getattr(settings, name, None)
+        value = getattr(settings, name)
         if value is not None:
             out[name] = value
-    max_new = getattr(settings, "max_new_tokens", None)
-    if max_new:
-        out["max_tokens"] = int(max_new)
-    stop = getattr(settings, "stop", None)
-    if stop:
-        out["stop"] = list(stop)
-    if getattr(settings, "enable_thinking", None) is not None:  # Qwen3 templates on vLLM / SGLang / llama-server
+    if settings.max_new_tokens:
+        out["max_tokens"] = int(settings.max_new_tokens)
+    if settings.stop:
+        out["stop"] = list(settings.stop)
+    if settings.enable_thinking is not None:  # Qwen3 templates on vLLM / SGLang / llama-server
         out["chat_template_kwargs"] = {"enable_thinking": bool(settings.enable_thinking)}
-    if getattr(settings, "reasoning_effort", None):
+    if settings.reasoning_effort:
         out["reasoning_effort"] = settings.reasoning_effort
     return out
 
@@ -210,16 +208,14 @@ class RemoteClient:
         response = self._request("POST", "/v1/chat/completions", json=body, stream=True)
         done = threading.Event()
 
-        def watch() -> None:
+        def watch(cancel: CancelToken) -> None:
             while not done.is_set():
-                if cancel is not None and cancel.wait(0.05):
+                if cancel.wait(0.05):
                     _shutdown(response)
                     return
-                if cancel is None:
-                    return
 
-        watcher = threading.Thread(target=watch, name="remote-stop", daemon=True)
-        watcher.start()
+        if cancel is not None:
+            threading.Thread(target=watch, args=(cancel,), name="remote-stop", daemon=True).start()
         finished = False
         try:
             for raw in _lines(response):

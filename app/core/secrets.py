@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from runtime.hub.tokens import SERVICE, Secret, _backend_is_secure
+from runtime.hub.tokens import SERVICE, Secret, TokenStore
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +24,8 @@ def remote_key_name(remote: str) -> str:
 
 
 def _secure() -> bool:
-    try:
-        import keyring
-
-        return _backend_is_secure(keyring.get_keyring())
-    except Exception:  # noqa: BLE001 - no keyring module or a broken backend = not secure
-        return False
+    """A secure keyring backend exists (the hub tokens' rule: no keyring module or a broken one = not secure)."""
+    return TokenStore().secure_backend_available()
 
 
 def get_key(name: str) -> Secret | None:

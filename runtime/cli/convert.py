@@ -33,9 +33,10 @@ def register(sub: Any) -> None:
 class TextProgress:
     """A one-line text progress bar on stderr, redrawn at most ~10 times a second."""
 
-    def __init__(self, stream: Any = None, width: int = 30) -> None:
+    def __init__(self, stream: Any = None, width: int = 30, label: str | None = None) -> None:
         self.stream = stream or sys.stderr
         self.width = width
+        self.label = label  # None: by stage ("hashing" / "converting")
         self.last = 0.0
         self.t0 = time.perf_counter()
 
@@ -46,9 +47,9 @@ class TextProgress:
         self.last = now
         frac = done / total if total else 1.0
         fill = int(frac * self.width)
-        label = "hashing" if stage == "hash" else "converting"
+        label = self.label or ("hashing" if stage == "hash" else "converting")
         mb = 1 << 20
-        line = (f"\r{label:10s} [{'#' * fill}{'-' * (self.width - fill)}] {frac * 100:5.1f}% "
+        line = (f"\r{label} [{'#' * fill}{'-' * (self.width - fill)}] {frac * 100:5.1f}% "
                 f"{done / mb:8.1f}/{total / mb:.1f} MiB  {detail[:40]:40s}")
         self.stream.write(line)
         if done >= total:

@@ -36,30 +36,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-class _Bar:
-    """One-line progress on stderr, redrawn at most ~10 times a second."""
-
-    def __init__(self, stream: Any) -> None:
-        import time
-
-        self.stream, self.clock, self.last = stream, time.perf_counter, 0.0
-
-    def __call__(self, done: int, total: int, name: str) -> None:
-        now = self.clock()
-        if done < total and now - self.last < 0.1:
-            return
-        self.last = now
-        frac = done / total if total else 1.0
-        fill = int(frac * 30)
-        mb = 1 << 20
-        self.stream.write(f"\rexporting [{'#' * fill}{'-' * (30 - fill)}] {frac * 100:5.1f}% "
-                          f"{done / mb:9.1f}/{total / mb:.1f} MiB  {name[-40:]:40s}")
-        if done >= total:
-            self.stream.write("\n")
-        self.stream.flush()
-
-
 def run(args: argparse.Namespace) -> int:
+    from runtime.cli.convert import TextProgress
     from runtime.devices import parse_bytes
     from runtime.errors import CancelledError
     from runtime.formats.export_hf import export_hf
@@ -71,12 +49,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --max-shard-size: {exc}", file=sys.stderr)
         return 2
     cancel = CancelToken()
+    bar = None if args.quiet else TextProgress(sys.stderr, label="exporting")
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, lambda *_: cancel.cancel())
     try:
         res = export_hf(args.model, args.output, dtype=args.dtype, force=args.force, max_shard_bytes=shard,
-                        progress=None if args.quiet else _Bar(sys.stderr), cancel=cancel)
+                        progress=None if bar is None else lambda done, total, name: bar("export", done, total, name),
+                        cancel=cancel)
     except CancelledError:
         print("\nexport cancelled; nothing was written", file=sys.stderr)
         return 130

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import struct
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from runtime.atomic import temp_path_for
 from runtime.chat_template import FALLBACK_CHATML_TEMPLATE
 from runtime.errors import CancelledError, ModelFormatError, UnsupportedModelError
 from runtime.formats import hf_export_meta as meta
@@ -151,10 +153,7 @@ def _plan(source: ModelSource, conv: _Converter, itemsize: int, max_shard: int) 
                 + (" (llama.cpp's rope_freqs: the llama3 RoPE parameters are not in the file)"
                    if name == "rope_freqs.weight" else ""))
         shape = tuple(expected.get(name) or expected[out])
-        n = 1
-        for d in shape:
-            n *= d
-        nbytes = n * itemsize
+        nbytes = math.prod(shape) * itemsize
         if used and used + nbytes > max_shard:
             shard, used = shard + 1, 0
         items.append(_Item(name, out, shape, nbytes, shard, used))
@@ -237,10 +236,10 @@ def export_hf(src: str | os.PathLike[str], out: str | os.PathLike[str], *, dtype
     src_p, out_p = Path(src), Path(out)
     _check_output(src_p, out_p, force)
     torch_dtype = DTYPES[dtype]
-    itemsize = torch.tensor([], dtype=torch_dtype).element_size()
+    itemsize = torch_dtype.itemsize
     # an HF folder's floats are kept as stored: recovering ternary codes would only cost time
     source = open_source(src_p, keep_dense=detect_format(src_p) == "hf")
-    tmp = out_p.with_name(f".{out_p.name}.{os.getpid()}.tmp")
+    tmp = temp_path_for(out_p)
     try:
         c = source.config
         if source.tokenizer is None:
@@ -306,7 +305,7 @@ def _write_metadata(folder: Path, source: ModelSource, config_json: dict) -> Non
     fallback = get_arch(c.arch).sampling_defaults(c)  # the engine's defaults where the file has none
     docs = {
         "config.json": config_json,
-        "generation_config.json": meta.generation_config(c, tok, dict(source.generation_defaults), fallback),
+        "generation_config.json": meta.generation_config(tok, source.generation_defaults, fallback),
         "tokenizer_config.json": meta.tokenizer_config(tok, template, c.max_position_embeddings),
     }
     for fn, doc in docs.items():

@@ -55,9 +55,7 @@ def _rope_scaling(rs: RopeScaling | None) -> dict[str, Any] | None:
     return d
 
 
-def _token_ids(tok: TokenizerData | None) -> dict[str, Any]:
-    if tok is None:
-        return {}
+def _token_ids(tok: TokenizerData) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if tok.bos_token_id is not None:
         out["bos_token_id"] = tok.bos_token_id
@@ -76,7 +74,7 @@ def _layer_interval(types: list[str]) -> int | None:
     return None
 
 
-def hf_config(c: ModelConfig, tok: TokenizerData | None, dtype: str) -> dict[str, Any]:
+def hf_config(c: ModelConfig, tok: TokenizerData, dtype: str) -> dict[str, Any]:
     """``config.json`` of the plain transformers class for ``c`` (see :data:`HF_CLASSES`)."""
     if c.arch not in HF_CLASSES:
         raise UnsupportedModelError(f"export to Hugging Face is not implemented for architecture {c.arch!r} "
@@ -119,11 +117,10 @@ def hf_config(c: ModelConfig, tok: TokenizerData | None, dtype: str) -> dict[str
     return d
 
 
-def generation_config(c: ModelConfig, tok: TokenizerData | None, defaults: dict[str, Any],
-                      fallback: dict[str, Any]) -> dict[str, Any]:
+def generation_config(tok: TokenizerData, defaults: dict[str, Any], fallback: dict[str, Any]) -> dict[str, Any]:
     """``generation_config.json``: the file's sampling defaults, the family's (``fallback``) where it
     has none, so vLLM's ``--generation-config auto`` samples as Ternary Chat does."""
-    g: dict[str, Any] = dict(_token_ids(tok))
+    g = _token_ids(tok)
     for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
         value = defaults.get(key, fallback.get(key))
         if value is not None:

@@ -9,6 +9,8 @@ read by the GPU instead (:func:`runtime.kernels.triton.gather.gather_rows`, same
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -64,7 +66,7 @@ class DenseEmbedding(torch.nn.Module):
 
 
 def model_embedding(tensors: dict, hidden_size: int, device: torch.device | str, dtype: torch.dtype,
-                    placement: object | None = None) -> tuple[torch.nn.Module, int]:
+                    placement: Any = None) -> tuple[torch.nn.Module, int]:
     """The token embedding of a model (``model.embed_tokens.weight``), on the placement's embedding device
     and wrapped by it when the model is offloaded; returns (module, vocabulary size). Every architecture
     builds it the same way, so it is built here once."""
@@ -73,11 +75,11 @@ def model_embedding(tensors: dict, hidden_size: int, device: torch.device | str,
     embed = tensors["model.embed_tokens.weight"]
     if embed.shape[1] != hidden_size:
         raise ModelFormatError(f"embedding width {embed.shape[1]} != hidden size {hidden_size}")
-    dev = placement.embedding_device() if placement is not None else device  # type: ignore[attr-defined]
+    dev = placement.embedding_device() if placement is not None else device
     module: torch.nn.Module = (TernaryEmbedding(embed, dev) if isinstance(embed, TernaryTensor)
                                else DenseEmbedding(embed.data.to(device=dev, dtype=dtype)))
     if placement is not None:
-        module = placement.wrap_embedding(module)  # type: ignore[attr-defined]
+        module = placement.wrap_embedding(module)
     return module, embed.shape[0]
 
 

@@ -24,6 +24,8 @@ class PreparedModel(torch.nn.Module):
 
     # buffers under these prefixes are per-sequence state, not weights
     STATE_PREFIXES: tuple[str, ...] = ("cache.", "rope.")
+    # whether a cached prefix can be kept and the rest recomputed (False: recurrent state, see sequence_state)
+    supports_prefix_rewind: bool = True
 
     @classmethod
     def from_model_data(cls, data: ModelData, device: torch.device | str = "cpu",

@@ -24,10 +24,12 @@ from runtime.kernels.triton import attention as ta
 from runtime.kernels.triton import matvec as tlin
 from runtime.kernels.triton import rope as tr
 from runtime.kernels.triton.backend import TritonLinear
-from runtime.offload import StreamedLayer
+from runtime.offload import StreamedLayer, unwrap_streamed
 
 if TYPE_CHECKING:
     from runtime.model.qwen3 import Qwen3Block, Qwen3Model
+
+KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int8)  # KV caches the step's kernels read
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,7 @@ class Qwen3Step:
 def qwen3_decode_step(model: Qwen3Model) -> Qwen3Step | None:
     """The fused step for ``model``, or ``None`` when it is not built from t2 Triton linears (CPU-computed
     layers or LM head, dense weights), has no q/k norm, or its KV cache has a dtype the kernels lack."""
-    if model.lm_head is None or \
-            model.cache.k.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.int8):
+    if model.lm_head is None or model.cache.k.dtype not in KV_DTYPES:
         return None
 
     def lin(m: torch.nn.Module | None) -> TritonLinear | None:
@@ -104,7 +105,7 @@ def qwen3_decode_step(model: Qwen3Model) -> Qwen3Step | None:
 
     layers = []
     for layer in model.layers:
-        block, streamed = (layer.block, layer) if isinstance(layer, StreamedLayer) else (layer, None)
+        block, streamed = unwrap_streamed(layer)
         if not getattr(block, "qk_norm", False):
             return None
         qkv = lin(getattr(getattr(block, "qkv", None), "fused", None))

@@ -122,8 +122,8 @@ def settings_from(body: dict[str, Any], limit: int) -> GenerationSettings:
     if isinstance(thinking, dict):
         enable = {"enabled": True, "disabled": False}.get(thinking.get("type"))
     return GenerationSettings(
-        temperature=P.setting(body, "temperature", "temperature"), top_p=P.setting(body, "top_p", "top_p"),
-        top_k=P.setting(body, "top_k", "top_k"), max_new_tokens=P.max_tokens(body["max_tokens"], "max_tokens", limit, 1),
+        temperature=P.setting(body, "temperature"), top_p=P.setting(body, "top_p"),
+        top_k=P.setting(body, "top_k"), max_new_tokens=P.max_tokens(body["max_tokens"], "max_tokens", limit, 1),
         stop=P.stops(body.get("stop_sequences"), "stop_sequences"), enable_thinking=enable,
         ignore_eos=bool(P.flag(body, "ignore_eos")),  # extension (benchmarks, tests)
     )
@@ -166,7 +166,7 @@ async def messages(gw: Gateway, request: Request) -> Response:
         content.append({"type": "text", "text": text})
     content += [_tool_block(c) for c in calls]
     reason = stop_reason(out.done, bool(calls))
-    stop_seq = P.matched_stop(engine, out.done.stats.token_ids, prepared.stops) if reason == "stop_sequence" else None
+    stop_seq = P.matched_stop(engine, out.done.stats.token_ids, prepared.settings.stop) if reason == "stop_sequence" else None
     return JSONResponse({"id": mid, "type": "message", "role": "assistant", "model": gw.model_id, "content": content,
                          "stop_reason": reason, "stop_sequence": stop_seq,
                          "usage": {"input_tokens": n_prompt, "output_tokens": out.done.stats.generated_tokens}})
@@ -254,7 +254,7 @@ async def _stream(gw: Gateway, job: Any, engine: Any, prepared: P.Prepared, mid:
     for b in close():
         yield b
     reason = stop_reason(done, n_calls > 0)
-    stop_seq = (P.matched_stop(engine, done.stats.token_ids, prepared.stops)
+    stop_seq = (P.matched_stop(engine, done.stats.token_ids, prepared.settings.stop)
                 if reason == "stop_sequence" and done is not None else None)
     yield ev({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": stop_seq},
               "usage": {"output_tokens": done.stats.generated_tokens if done is not None else 0}})

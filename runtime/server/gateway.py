@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from runtime.generation import DoneEvent, NoticeEvent, TextEvent
+from runtime.generation import DoneEvent, NoticeEvent, TextEvent, TokenEvent
 from runtime.server.config import ServerConfig
 from runtime.server.errors import APIError, anthropic_error_body, openai_error_body
 from runtime.server.scheduler import END, Job, JobFailed, Scheduler
@@ -26,18 +26,13 @@ DISCONNECT_POLL_S = 0.25
 Handler = Callable[["Gateway", Request], Awaitable[Response]]
 
 
-def is_token_event(ev: Any) -> bool:
-    """The engine's TokenEvent (logprobs), recognised by shape so this module loads without it."""
-    return type(ev).__name__ == "TokenEvent"
-
-
 @dataclass
 class Collected:
     """A whole generation, for the non-streaming responses."""
 
     answer: str = ""
     thinking: str = ""
-    tokens: list[Any] = field(default_factory=list)
+    tokens: list[TokenEvent] = field(default_factory=list)
     done: DoneEvent | None = None
 
 
@@ -138,7 +133,7 @@ class Gateway:
                 (thinking if ev.channel == "thinking" else answer).append(ev.text)
             elif isinstance(ev, DoneEvent):
                 out.done = ev
-            elif is_token_event(ev):
+            elif isinstance(ev, TokenEvent):
                 out.tokens.append(ev)
         if out.done is None:
             raise APIError(499, "the client closed the request")

@@ -18,10 +18,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from runtime.generation import DoneEvent, GenerationSettings, TextEvent
+from runtime.generation import DoneEvent, GenerationSettings, TextEvent, TokenEvent
 from runtime.server import prepare as P
 from runtime.server.errors import APIError, openai_error_body
-from runtime.server.gateway import Gateway, as_api_error, is_token_event
+from runtime.server.gateway import Gateway, as_api_error
 from runtime.server.sse import OPENAI_DONE, SSE_HEADERS, sse_event
 from runtime.server.tool_calls import ToolCallParser, split_tool_calls
 
@@ -118,11 +118,8 @@ def settings_from(body: dict[str, Any], max_tokens: int) -> GenerationSettings:
     if effort is not None and not isinstance(effort, str):
         raise APIError(400, "reasoning_effort must be a string", param="reasoning_effort")
     return GenerationSettings(
-        temperature=P.setting(body, "temperature", "temperature"), top_p=P.setting(body, "top_p", "top_p"),
-        top_k=P.setting(body, "top_k", "top_k"), min_p=P.setting(body, "min_p", "min_p"),
-        repetition_penalty=P.setting(body, "repetition_penalty", "repetition_penalty"),
-        presence_penalty=P.setting(body, "presence_penalty", "presence_penalty"),
-        frequency_penalty=P.setting(body, "frequency_penalty", "frequency_penalty"),
+        **{k: P.setting(body, k) for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                            "presence_penalty", "frequency_penalty")},
         max_new_tokens=max_tokens, seed=P.seed(body), stop=P.stops(body.get("stop"), "stop"),
         enable_thinking=thinking, reasoning_effort=effort, ignore_eos=bool(P.flag(body, "ignore_eos")),
     )
@@ -133,7 +130,12 @@ def _check_n(body: dict[str, Any]) -> None:
         raise APIError(400, "n must be 1 (one answer per request)", param="n")
 
 
-def _response_format(gw: Gateway, body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+def _include_usage(body: dict[str, Any]) -> bool:
+    opts = body.get("stream_options") or {}
+    return bool(isinstance(opts, dict) and opts.get("include_usage"))
+
+
+def _response_format(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
     """(constrain?, schema) for response_format."""
     rf = body.get("response_format")
     if rf is None or (isinstance(rf, dict) and rf.get("type") == "text"):
@@ -208,10 +210,9 @@ async def chat_completions(gw: Gateway, request: Request) -> Response:
         logprobs = top
     elif body.get("top_logprobs") is not None:
         raise APIError(400, "top_logprobs needs logprobs: true", param="top_logprobs")
-    constrain, schema = _response_format(gw, body)
+    constrain, schema = _response_format(body)
     stream = bool(P.flag(body, "stream"))
-    opts = body.get("stream_options") or {}
-    include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    include_usage = _include_usage(body)
     engine = P.engine_of(gw.access)
 
     def prepare() -> P.Prepared:
@@ -273,7 +274,7 @@ async def _chat_stream(gw: Gateway, job: Any, rid: str, created: int, n_prompt: 
     yield chunk({"role": "assistant", "content": ""})
     try:
         async for ev in gw.events(job):
-            if is_token_event(ev):
+            if isinstance(ev, TokenEvent):
                 pending.append(ev)
             elif isinstance(ev, TextEvent):
                 if ev.channel == "thinking":
@@ -285,10 +286,6 @@ async def _chat_stream(gw: Gateway, job: Any, rid: str, created: int, n_prompt: 
                     yield chunk({"content": ev.text})
             elif isinstance(ev, DoneEvent):
                 done = ev
-    except APIError as err:
-        yield sse_event(openai_error_body(err))
-        yield OPENAI_DONE
-        return
     except Exception as exc:  # noqa: BLE001 - the stream ends with an error event, the server goes on
         yield sse_event(openai_error_body(as_api_error(exc)))
         yield OPENAI_DONE
@@ -328,8 +325,7 @@ async def completions(gw: Gateway, request: Request) -> Response:
                                  or not 0 <= logprobs <= P.MAX_TOP_LOGPROBS):
         raise APIError(400, f"logprobs must be a whole number from 0 to {P.MAX_TOP_LOGPROBS}", param="logprobs")
     stream = bool(P.flag(body, "stream"))
-    opts = body.get("stream_options") or {}
-    include_usage = bool(isinstance(opts, dict) and opts.get("include_usage"))
+    include_usage = _include_usage(body)
     engine = P.engine_of(gw.access)
     prepared = await anyio.to_thread.run_sync(lambda: P.prepare_text(engine, prompt, settings, logprobs))
     job = gw.submit(prepared.run)
@@ -364,7 +360,7 @@ async def _completion_stream(gw: Gateway, job: Any, base: dict[str, Any], n_prom
 
     try:
         async for ev in gw.events(job):
-            if is_token_event(ev):
+            if isinstance(ev, TokenEvent):
                 pending.append(ev)
             elif isinstance(ev, TextEvent) and ev.channel == "answer":
                 yield chunk(ev.text)

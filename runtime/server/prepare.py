@@ -31,25 +31,20 @@ class Prepared:
     settings: GenerationSettings
     logprobs: int | None = None
     constraint: Any = None
-    stops: tuple[str, ...] = ()
 
     def run(self, engine: Any, cancel: CancelToken) -> Iterator[Any]:
-        kw: dict[str, Any] = {}
-        if self.logprobs is not None:
-            kw["logprobs"] = self.logprobs
-        if self.constraint is not None:
-            kw["constraint"] = self.constraint
-        return engine.generate_tokens(self.prompt_ids, self.settings, cancel, **kw)
+        return engine.generate_tokens(self.prompt_ids, self.settings, cancel, logprobs=self.logprobs,
+                                      constraint=self.constraint)
 
 
-def setting(body: dict[str, Any], key: str, rule: str, api_key: str | None = None) -> Any:
-    """``body[key]`` checked with the runtime's range for ``rule`` (``None`` when absent)."""
+def setting(body: dict[str, Any], key: str) -> Any:
+    """``body[key]`` checked with the runtime's range for the setting of that name (``None`` when absent)."""
     value = body.get(key)
     if value is None:
         return None
-    problem = check_setting(rule, value)
+    problem = check_setting(key, value)
     if problem:
-        raise APIError(400, f"{api_key or key}: {problem} Got {value!r}.", param=api_key or key)
+        raise APIError(400, f"{key}: {problem} Got {value!r}.", param=key)
     return value
 
 
@@ -99,11 +94,8 @@ def engine_of(access: Any) -> Any:
 
 def json_constraint(engine: Any, schema: dict[str, Any] | None) -> Any:
     """A fresh JSON constraint for one request (the vocabulary index is cached by runtime.constrained)."""
-    try:
-        from runtime.constrained import json_constraint as make
-    except ImportError:
-        raise APIError(400, "response_format needs runtime.constrained, which is not installed",
-                       param="response_format") from None
+    from runtime.constrained import json_constraint as make
+
     try:
         return make(engine.tokenizer, engine.model.vocab_size, schema)
     except TernaryError as exc:  # SchemaError: says which keyword it cannot enforce
@@ -121,8 +113,7 @@ def prepare_chat(engine: Any, messages: list[dict[str, Any]], settings: Generati
     return _checked(engine, ids, settings, logprobs, constraint)
 
 
-def prepare_text(engine: Any, prompt: str | list[int], settings: GenerationSettings, logprobs: int | None,
-                 constraint: Any = None) -> Prepared:
+def prepare_text(engine: Any, prompt: str | list[int], settings: GenerationSettings, logprobs: int | None) -> Prepared:
     """A raw prompt (``/v1/completions``): text, or token ids."""
     if isinstance(prompt, str):
         ids = engine.encode_prompt(prompt)
@@ -131,7 +122,7 @@ def prepare_text(engine: Any, prompt: str | list[int], settings: GenerationSetti
         if any(not 0 <= t < vocab for t in prompt):
             raise APIError(400, f"prompt token ids must be in 0..{vocab - 1}", param="prompt")
         ids = list(prompt)
-    return _checked(engine, ids, settings, logprobs, constraint)
+    return _checked(engine, ids, settings, logprobs, None)
 
 
 def _checked(engine: Any, ids: list[int], settings: GenerationSettings, logprobs: int | None,
@@ -142,14 +133,14 @@ def _checked(engine: Any, ids: list[int], settings: GenerationSettings, logprobs
     if len(ids) >= ctx:
         raise APIError(400, f"the prompt is {len(ids)} tokens but the model's context holds {ctx} (at least one "
                             "token must be left for the answer)", code="context_length_exceeded", param="messages")
-    return Prepared(ids, settings, logprobs, constraint, tuple(settings.stop))
+    return Prepared(ids, settings, logprobs, constraint)
 
 
-def matched_stop(engine: Any, token_ids: list[int], stop: tuple[str, ...]) -> str | None:
+def matched_stop(engine: Any, token_ids: list[int], stop: list[str]) -> str | None:
     """Which stop string ended the answer: the one that starts first in the generated text (the
     engine's matcher cuts at the earliest)."""
     if not stop:
         return None
     text = engine.tokenizer.decode(token_ids)
-    hits = [(text.find(s), -len(s), s) for s in stop if text.find(s) >= 0]
+    hits = [(at, -len(s), s) for s in stop if (at := text.find(s)) >= 0]
     return min(hits)[2] if hits else None

@@ -52,14 +52,12 @@ def _lin(m: torch.nn.Module | None) -> _Lin | None:
 
 def _split(mod: torch.nn.Module, n: int) -> list[_Lin] | None:
     """``n`` slots for a FusedOrSplit (q/k/v or gate/up): its parts, or its fused matrix then empties."""
-    fused = getattr(mod, "fused", None)
-    if fused is not None:
-        lin = _lin(fused)
+    if mod.fused is not None:
+        lin = _lin(mod.fused)
         return None if lin is None else [lin] + [_Lin(None, None, 0, 0, 0, 0) for _ in range(n - 1)]
-    parts = list(getattr(mod, "parts", []))
-    if len(parts) != n:
+    if len(mod.parts) != n:
         return None
-    lins = [_lin(p) for p in parts]
+    lins = [_lin(p) for p in mod.parts]
     return None if any(x is None for x in lins) else lins  # type: ignore[return-value]
 
 
@@ -74,7 +72,6 @@ class _Step:
     def __init__(self, model: torch.nn.Module, lib: ctypes.CDLL) -> None:
         self.model, self.lib = model, lib
         self.layers_src = list(model.layers)
-        self.embed_t2 = None
         self._bound: tuple[int, ...] = ()
         self.x = torch.empty(1, model.config.hidden_size, dtype=torch.float32)
         self.out = torch.empty(1, model.config.hidden_size, dtype=torch.float32)
@@ -171,16 +168,10 @@ def cpu_decode_step(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Ten
     if first is None:
         return None
     lib = layers[0].o_proj._lib
-    if not hasattr(lib, "ds_layers"):
-        return None
     for b in layers:  # every matrix must run through the same library (tests swap variants per layer)
         mods = [b.o_proj, b.down_proj, *b.qkv.parts, *b.gate_up.parts, b.qkv.fused, b.gate_up.fused]
         if any(isinstance(x, CpuTernaryLinear) and x._lib is not lib for x in mods):
             return None
-    lib.ds_layers.argtypes = [_p, _p, _p, _i64, ctypes.c_int]
-    lib.ds_layers.restype = None
-    lib.ds_scratch_floats.argtypes = [_i64] * 6
-    lib.ds_scratch_floats.restype = _i64
     step = _Step(model, lib)
     if step.bind() is None:
         return None

@@ -200,6 +200,10 @@ def load_variant(name: str) -> ctypes.CDLL:
         lib.quantize_q8.restype = None
         lib.ternary_mm_q8.argtypes = [p, p, p, p, p, p, i64, i64, i64, i64, i64, ctypes.c_int]
         lib.ternary_mm_q8.restype = None
+        lib.ds_layers.argtypes = [p, p, p, i64, ctypes.c_int]  # the fused decode step (decode_step.py)
+        lib.ds_layers.restype = None
+        lib.ds_scratch_floats.argtypes = [i64] * 6
+        lib.ds_scratch_floats.restype = i64
         lib.kernel_isa.restype = ctypes.c_int
         lib.kernel_name.restype = ctypes.c_char_p
         got = lib.kernel_name().decode()

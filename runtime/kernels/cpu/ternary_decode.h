@@ -16,7 +16,6 @@
 
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #if defined(__aarch64__)
@@ -228,14 +227,8 @@ static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const
         const ds_lin *l = ls[j];
         if (l->N == 0) continue;
         q8_args *a = &mm.a[cnt];
-        memset(a, 0, sizeof *a);
-        a->q = qx->q; a->d = qx->d; a->qsum = qx->qsum; a->prep = prep;
-        a->words = l->words; a->scales = l->scales; a->y = ys[j];
-        a->K = l->K; a->G = l->G; a->NG = l->K / l->G; a->KC = l->K / 16; a->nck = l->K / CW;
-        a->ldy = l->N; a->N = l->N; a->M = 1; a->m0 = 0; a->m1 = 1;
-        int32_t idx[VW];
-        for (int L = 0; L < VW; L++) idx[L] = l->G < CW ? (int32_t)(L * 16 / l->G) : 0;
-        memcpy(&a->sidx, idx, sizeof idx);
+        q8_args_init(a, qx->q, qx->d, qx->qsum, l->words, l->scales, ys[j], 1, l->N, l->K, l->G, l->N);
+        a->prep = prep; a->m1 = 1;
         mm.first[cnt + 1] = mm.first[cnt] + (l->N + Q8_RD - 1) / Q8_RD;
         cnt++;
     }
@@ -261,7 +254,7 @@ static void ds_matvecs(const ds_lin *const *ls, float *const *ys, int n, const f
     int any8 = 0;
     for (int j = 0; j < n; j++) any8 |= ls[j]->N && ls[j]->int8;
     if (any8) quantize_q8(x, 1, ls[0]->K, qx->q, qx->d, qx->qsum);
-    if (any8 && prep && ds_matvecs_q8(ls, ys, n, qx, prep, nthreads)) return;
+    if (any8 && ds_matvecs_q8(ls, ys, n, qx, prep, nthreads)) return;
     for (int j = 0; j < n; j++) ds_matvec(ls[j], x, qx, ys[j], nthreads);
 }
 
@@ -319,36 +312,49 @@ static void ds_parallel(ds_fn fn, const void *ctx, int64_t n, int nthreads) {
 }
 
 /* ------------------------------------------------------------------ the step */
+typedef struct {  /* float offsets into the scratch of each part; widest: the widest mat-vec input */
+    int64_t h, qkv, att, gu, act, q8, prep, scores, total, widest;
+} ds_scratch;
+
+/* h, qkv, att, gate|up, act, q8 (int8 + d + qsum), prep (ds_matvecs_q8's), scores; each part rounded to
+   16 floats, so every part of the 64-byte aligned scratch is 64-byte aligned */
+static ds_scratch ds_scratch_layout(int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t I, int64_t P) {
+    ds_scratch s;
+    int64_t off = 0;
+    s.widest = E > H * D ? E : H * D;
+    s.widest = s.widest > I ? s.widest : I;
+#define DS_PART(part, n) (s.part = off, off += ((n) + 15) / 16 * 16)
+    DS_PART(h, E);
+    DS_PART(qkv, H * D + 2 * Hkv * D);
+    DS_PART(att, H * D);
+    DS_PART(gu, 2 * I);
+    DS_PART(act, I);
+    DS_PART(q8, s.widest / 4 + 2 * (s.widest / TC_QBLOCK) + 16);
+    DS_PART(prep, (DS_PREP_BYTES(s.widest) + 3) / 4);
+    DS_PART(scores, H * P);
+#undef DS_PART
+    s.total = off;
+    return s;
+}
+
 int64_t ds_scratch_floats(int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t I, int64_t P) {
-    int64_t widest = E > H * D ? E : H * D;
-    widest = widest > I ? widest : I;
-    /* h, qkv, att, gate|up, act, q8 (int8 + d + qsum), scores; each part rounded to 16 floats */
-#define DS_R16(v) (((v) + 15) / 16 * 16)
-    return DS_R16(E) + DS_R16(H * D + 2 * Hkv * D) + DS_R16(H * D) + DS_R16(2 * I) + DS_R16(I) +
-           DS_R16(widest / 4 + 2 * (widest / TC_QBLOCK) + 16) + DS_R16(H * P);
+    return ds_scratch_layout(E, H, Hkv, D, I, P).total;
 }
 
 /* every layer for one token at pos: x [E] (the embedding) is updated in place, out [E] = final norm */
 void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthreads) {
     const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D, I = m->I, P = m->P;
-    float *p = m->scratch;
-    float *h = p; p += DS_R16(E);
-    float *qkv = p; p += DS_R16(H * D + 2 * Hkv * D);
-    float *att = p; p += DS_R16(H * D);
-    float *gu = p; p += DS_R16(2 * I);
-    float *act = p; p += DS_R16(I);
-    int64_t widest = E > H * D ? E : H * D;
-    widest = widest > I ? widest : I;
+    const ds_scratch sl = ds_scratch_layout(E, H, Hkv, D, I, P);
+    const int64_t widest = sl.widest;
+    float *h = m->scratch + sl.h, *qkv = m->scratch + sl.qkv, *att = m->scratch + sl.att;
+    float *gu = m->scratch + sl.gu, *act = m->scratch + sl.act, *scores = m->scratch + sl.scores;
     ds_q8 qx;
-    qx.q = (int8_t *)p;
+    qx.q = (int8_t *)(m->scratch + sl.q8);
     qx.d = (float *)(qx.q + widest);
     qx.qsum = (int32_t *)(qx.d + widest / TC_QBLOCK);
-    p += DS_R16(widest / 4 + 2 * (widest / TC_QBLOCK) + 16);
-    float *scores = p;
     const float *cs = m->cos + pos * D, *sn = m->sin + pos * D;
     float *qv = qkv, *kv = qkv + H * D, *vv = qkv + H * D + Hkv * D;
-    uint8_t *prep = (uint8_t *)aligned_alloc(64, (size_t)((DS_PREP_BYTES(widest) + 63) / 64 * 64));
-    /* prep NULL (out of memory): the separate kernel calls, which need none of it */
+    uint8_t *prep = (uint8_t *)(m->scratch + sl.prep);
 
     for (int64_t li = 0; li < m->n_layers; li++) {
         const ds_layer *l = &m->layers[li];
@@ -396,8 +402,6 @@ void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthread
         for (int64_t i = 0; i < E; i++) x[i] += h[i];
     }
     ds_rms_norm(x, m->final_norm, out, E, m->eps);
-    free(prep);
-#undef DS_R16
 }
 
 #endif /* TERNARY_DECODE_H */

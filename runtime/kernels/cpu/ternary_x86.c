@@ -607,15 +607,22 @@ static int q8_vector_ok(int64_t K, int64_t G) {
     return K >= CW && G % TC_QBLOCK == 0 && (G >= CW ? G % CW == 0 : CW % G == 0);
 }
 
+/* everything of q8_args but prep and the token range m0..m1 (also used by ternary_decode.h) */
+static void q8_args_init(q8_args *a, const int8_t *q, const float *d, const int32_t *qsum, const uint32_t *words,
+                         const uint16_t *scales, float *y, int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy) {
+    memset(a, 0, sizeof *a);
+    a->q = q; a->d = d; a->qsum = qsum; a->words = words; a->scales = scales; a->y = y;
+    a->K = K; a->G = G; a->NG = K / G; a->KC = K / 16; a->nck = K / CW; a->ldy = ldy; a->N = N; a->M = M;
+    int32_t idx[VW];
+    for (int L = 0; L < VW; L++) idx[L] = G < CW ? (int32_t)(L * 16 / G) : 0;
+    memcpy(&a->sidx, idx, sizeof idx);
+}
+
 static void q8_matmul(const int8_t *q, const float *d, const int32_t *qsum, const uint32_t *words,
                       const uint16_t *scales, float *y, int64_t M, int64_t N, int64_t K, int64_t G,
                       int64_t ldy, int nthreads) {
     q8_args a;
-    a.q = q; a.d = d; a.qsum = qsum; a.words = words; a.scales = scales; a.y = y;
-    a.K = K; a.G = G; a.NG = K / G; a.KC = K / 16; a.nck = K / CW; a.ldy = ldy; a.N = N; a.M = M;
-    int32_t idx[VW];
-    for (int L = 0; L < VW; L++) idx[L] = G < CW ? (int32_t)(L * 16 / G) : 0;
-    memcpy(&a.sidx, idx, sizeof idx);
+    q8_args_init(&a, q, d, qsum, words, scales, y, M, N, K, G, ldy);
     const int64_t pstride = a.nck * PB;
     uint8_t *prep = (uint8_t *)aligned_alloc(64, (size_t)((M * pstride + 63) / 64 * 64));
     if (!prep) {  /* out of memory for the prepared activations: the scalar path needs none */

@@ -39,13 +39,12 @@ from runtime.kernels.triton import norm as tn
 from runtime.kernels.triton import rope as tr
 from runtime.kernels.triton.backend import TritonLinear
 from runtime.model.qwen3 import DenseLinear
+from runtime.model.qwen3_step import KV_DTYPES
 from runtime.model.qwen35.projections import Activation, Projections
-from runtime.offload import StreamedLayer
+from runtime.offload import StreamedLayer, unwrap_streamed
 
 if TYPE_CHECKING:
     from runtime.model.qwen35.model import GatedAttentionBlock, GatedDeltaNetBlock, Qwen35Layer, Qwen35Model
-
-_KV_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.int8)
 
 
 def _minus_one(weight: torch.Tensor) -> torch.Tensor:
@@ -55,22 +54,22 @@ def _minus_one(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _norm_m1(n: torch.nn.Module) -> torch.Tensor:
-    m1 = getattr(n, "weight_m1", None)
-    return m1.contiguous() if m1 is not None else _minus_one(n.weight)
+    """A Qwen3.5 norm's weight minus one: its own ``weight_m1`` (built with the fused kernels) or computed."""
+    return n.weight_m1.contiguous() if n.weight_m1 is not None else _minus_one(n.weight)
 
 
 def _views_only(block: Qwen35Layer, dtype: torch.dtype) -> bool:
     """True when every per-layer tensor the step needs exists as is (no derived copy needed)."""
     norms = [block.input_norm, block.post_norm]
     mixer = block.mixer
-    if hasattr(mixer, "q_norm"):
+    if not block.linear:  # attention: its q/k norms too
         norms += [mixer.q_norm, mixer.k_norm]
-    if any(getattr(n, "weight_m1", None) is None for n in norms):
+    if any(n.weight_m1 is None for n in norms):
         return False
     dense = [m for m in mixer.modules() if isinstance(m, DenseLinear)]
     if any(m.weight.dtype != dtype for m in dense):
         return False
-    return getattr(mixer, "norm_act", torch.empty(0, dtype=dtype)).dtype == dtype
+    return not block.linear or mixer.norm_act.dtype == dtype
 
 
 def _runnable(m: torch.nn.Module | None) -> bool:
@@ -341,11 +340,11 @@ def qwen35_decode_step(model: Qwen35Model) -> Qwen35Step | None:
     the KV cache has a dtype the kernels lack. Equal to ``model.forward`` for one token up to float
     rounding order. Streamed and mapped (offloaded) layers and a mapped LM head are supported."""
     dtype = model.dtype
-    if model.cache.k.dtype not in _KV_DTYPES:
+    if model.cache.k.dtype not in KV_DTYPES:
         return None
     plans = []
     for layer in model.layers:
-        block, streamed = (layer.block, layer) if isinstance(layer, StreamedLayer) else (layer, None)
+        block, streamed = unwrap_streamed(layer)
         if streamed is not None and not _views_only(block, dtype):
             # a streamed layer's tensors are views into a staging slot that other layers reuse: the
             # step may only hold views of them (taken here, valid whenever the layer is staged),
