@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields, replace
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from runtime.answer import Answer, peak_memory_bytes, process_peak_rss_bytes
 from runtime.chat_template import FALLBACK_CHATML_TEMPLATE, render_chat
 from runtime.devices import resolve_device
 from runtime.errors import (
@@ -34,7 +34,6 @@ from runtime.formats.arch import dense_matrices_notice, get_arch
 from runtime.formats.model_data import ModelData
 from runtime.generation import (
     CancelToken,
-    DoneEvent,
     GenerationEvent,
     GenerationSettings,
     GenerationStats,
@@ -42,18 +41,18 @@ from runtime.generation import (
     Message,
     ModelInfo,
     NoticeEvent,
-    TextEvent,
     TokenEvent,
 )
 from runtime.kv_cache import default_kv_dtype, resolve_kv_dtype
 from runtime.model.base import StepFn
 from runtime.model.qwen3 import Qwen3Model
-from runtime.sampling import StopStringMatcher, TokenSampler, token_logprobs
+from runtime.sampling import TokenSampler, token_logprobs
 from runtime.sampling_params import check as check_setting
 from runtime.sampling_params import validate_generation_settings
-from runtime.tokenizer import ChannelSplitter, Tokenizer, prompt_opens_thinking
+from runtime.tokenizer import Tokenizer
 
 if TYPE_CHECKING:
+    from runtime.batching import BatchDecoder
     from runtime.constrained import TokenConstraint
 
 
@@ -61,6 +60,7 @@ PREFILL_CHUNK = 512  # tokens per prefill forward: bounds activation memory for 
 CPU_DEFAULT_MAX_CONTEXT = 4096  # CPU prefill runs at tens of tok/s: a longer prompt takes minutes
 CPU_KV_RAM_FRACTION = 0.25  # at most this share of available RAM goes to the CPU KV cache
 CTX_ALIGN = 256
+BATCH_RESERVE_BYTES = 1 << 30  # free GPU memory left to activations, graphs and prefill when batching
 MAX_TOP_LOGPROBS = 20  # as OpenAI's top_logprobs
 _SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                     "frequency_penalty")
@@ -76,22 +76,6 @@ def _model_default(name: str, value: Any, fallback: Any) -> Any:
     except (TypeError, ValueError, OverflowError):
         return fallback
     return converted if check_setting(name, converted) is None else fallback
-
-
-def process_peak_rss_bytes() -> int:
-    """Peak resident set of this process (Linux/macOS via getrusage, Windows via psutil)."""
-    import psutil
-
-    info = psutil.Process().memory_info()
-    peak = int(getattr(info, "peak_wset", info.rss))
-    try:
-        import resource
-
-        maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        peak = max(peak, int(maxrss if sys.platform == "darwin" else maxrss * 1024))
-    except ImportError:
-        pass
-    return peak
 
 
 def _parameter_count(data: ModelData) -> int:
@@ -152,6 +136,7 @@ class Engine:
         # runtime.kernels.cpu.decode_step's one-token step for this model and cache (built on first use)
         self._cpu_step: StepFn | None = None
         self._cpu_step_built = False
+        self._batch: BatchDecoder | None = None  # continuous batching (enable_batching), else one sequence
 
     # ------------------------------------------------------------------ loading
 
@@ -276,6 +261,7 @@ class Engine:
 
     def close(self) -> None:
         """Release the model and cache (the engine is unusable afterwards)."""
+        self.enable_batching(1)
         self.model = None  # type: ignore[assignment]
         self._decoder = None  # its step closure and captured graphs hold the model's buffers
         self._cpu_step, self._cpu_step_built = None, False  # and so does the CPU step's
@@ -341,6 +327,47 @@ class Engine:
                      tools: list[dict[str, Any]] | None = None) -> int:
         """Prompt tokens after the chat template (what counts against the context)."""
         return len(self.encode_prompt(messages, settings, tools=tools))
+
+    def enable_batching(self, max_batch: int, context: int | None = None) -> BatchDecoder | None:
+        """Decode up to ``max_batch`` requests at once (continuous batching, :mod:`runtime.batching`); from then on
+        :meth:`generate` may be called from several threads at once. ``context``: positions per request (default
+        the engine's; shrunk to what fits in free GPU memory). ``max_batch`` 1 turns it off.
+
+        Raises :class:`UnsupportedModelError` on a CPU (requests there run one at a time) or for a model without
+        a batched step, :class:`OutOfMemoryError` when not even 512 positions per request fit."""
+        if self._batch is not None:
+            self._batch.stop()
+            self._batch = None
+        if max_batch <= 1:
+            return None
+        if self.device.type != "cuda":
+            raise UnsupportedModelError("continuous batching runs on a CUDA GPU; on the CPU requests run one at a time")
+        from runtime.batching import BatchDecoder, slot_cache_bytes
+
+        model = self.model
+        ctx = min(context or model.max_positions, model.max_positions)
+        _release_memory(self.device)
+        free = torch.cuda.mem_get_info(self.device)[0] - BATCH_RESERVE_BYTES
+        per_position = slot_cache_bytes(model, max_batch + 1, 1)
+        if per_position * ctx > free:
+            fitting = max(0, free) // per_position // CTX_ALIGN * CTX_ALIGN
+            if fitting < 512:
+                raise OutOfMemoryError(f"{max_batch} requests at once do not fit in free GPU memory "
+                                       f"({max(0, free) / 2**30:.1f} GiB after a reserve); use a smaller batch")
+            ctx = fitting  # the caller reports it: batch.context
+        self._batch = BatchDecoder(self, max_batch, ctx)
+        return self._batch
+
+    @property
+    def request_context(self) -> int:
+        """Positions one request may use (prompt and answer): a batch slot's with continuous batching on, else the
+        engine's context."""
+        return self._batch.context if self._batch is not None else self.model.max_positions
+
+    @property
+    def batch(self) -> BatchDecoder | None:
+        """The continuous-batching driver, when :meth:`enable_batching` turned it on."""
+        return self._batch
 
     def reset(self) -> None:
         """Forget the cached conversation prefix (the next call prefills from scratch)."""
@@ -418,6 +445,9 @@ class Engine:
 
     def _generate(self, prompt_ids: list[int], s: GenerationSettings, cancel: CancelToken,
                   origin: float, hooks: _Hooks) -> Iterator[GenerationEvent]:
+        if self._batch is not None:  # continuous batching (ternary serve --max-batch): the batch's driver runs it
+            yield from self._batch.generate(prompt_ids, s, cancel, origin, hooks)
+            return
         while self._pending_notices:
             yield NoticeEvent(self._pending_notices.pop(0))
         model, dev = self.model, self.device
@@ -425,10 +455,6 @@ class Engine:
         stats = GenerationStats(prompt_tokens=len(prompt_ids), device=str(dev), context_length=ctx)
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
-        texts: dict[str, list[str]] = {"answer": [], "thinking": []}
-        generated: list[int] = []
-        finish = "length"
-        decode_s, decode_steps = 0.0, 0
         try:
             with torch.inference_mode():
                 # ---- prefill (only what the cache does not already hold)
@@ -469,88 +495,14 @@ class Engine:
                 stats.prefill_tok_s = computed / prefill_s if computed and prefill_s > 0 else 0.0
 
                 # ---- decode: a stream of token ids; stopping = not asking for the next one
-                splitter = ChannelSplitter(self.tokenizer, prompt_opens_thinking(self.tokenizer, prompt_ids))
-                matchers = {"answer": StopStringMatcher(s.stop), "thinking": StopStringMatcher(s.stop)}
-                last_channel = splitter.channel
-                eos = self.tokenizer.eos_token_ids
-                if pos < len(prompt_ids) or logits is None:  # cancelled during prefill
-                    finish = "cancelled"
-                    stream: Iterator[int] = iter(())
-                else:
+                stream: Iterator[int] | None = None
+                if pos == len(prompt_ids) and logits is not None:  # else: cancelled during prefill
                     # the first token needs no cache slot; each further one is fed at the next position
                     further = min(s.max_new_tokens - 1, ctx - len(prompt_ids))
                     stream = self._token_stream(logits, prompt_ids, s, further, hooks)
-                t_step = time.perf_counter()
-                oom_retries = 0
-                exhausted = False  # the stream ended by itself: the context or max_new_tokens ran out
-                while True:
-                    try:
-                        tok = next(stream)
-                    except StopIteration:
-                        exhausted = True
-                        break
-                    except torch.OutOfMemoryError:
-                        # Out of memory mid-answer: halve the context, rebuild the cache from the
-                        # conversation so far, say so, and go on with the same answer.
-                        oom_retries += 1
-                        seq = prompt_ids + generated
-                        new_ctx = ctx // 2 // CTX_ALIGN * CTX_ALIGN
-                        if oom_retries > 3 or new_ctx <= len(seq):
-                            raise
-                        stream, ctx = self._resume_with_context(seq, s, new_ctx, len(generated), hooks), new_ctx
-                        stats.context_length = ctx
-                        yield NoticeEvent(f"Out of {dev.type.upper()} memory while generating: the context was "
-                                          f"reduced to {ctx} tokens and the answer continues.")
-                        continue
-                    now = time.perf_counter()
-                    if generated:
-                        decode_s += now - t_step
-                        decode_steps += 1
-                    else:
-                        stats.ttft_s = now - origin  # wall time: waiting, tokenizing and prefill included
-                    if tok in eos and not s.ignore_eos:
-                        finish = "stop"
-                        break
-                    generated.append(tok)
-                    if hooks.logprobs is not None and hooks.last is not None:
-                        yield self._token_event(tok, hooks.last)
-                    stopped = False
-                    for piece in splitter.add(tok):
-                        if piece.channel != last_channel:
-                            tail = matchers[last_channel].flush()
-                            if tail:
-                                texts[last_channel].append(tail)
-                                yield TextEvent(tail, last_channel)  # type: ignore[arg-type]
-                            last_channel = piece.channel
-                        m = matchers[piece.channel]
-                        out = m.feed(piece.text)
-                        if out:
-                            texts[piece.channel].append(out)
-                            yield TextEvent(out, piece.channel)  # type: ignore[arg-type]
-                        if m.stopped:
-                            stopped = True
-                            break
-                    if stopped:
-                        finish = "stop_string"
-                        break
-                    if hooks.constraint is not None and hooks.constraint.is_finished():
-                        finish = "stop"
-                        break
-                    if len(generated) >= s.max_new_tokens:
-                        finish = "length"
-                        break
-                    if cancel.cancelled:
-                        finish = "cancelled"
-                        break
-                    t_step = time.perf_counter()
-                if exhausted:
-                    if finish != "cancelled":
-                        finish = "length"
-                        if len(generated) < s.max_new_tokens:
-                            yield NoticeEvent(f"The context ({ctx} tokens) is full.")
-                if hasattr(stream, "close"):
-                    stream.close()  # type: ignore[union-attr]
-                if not exhausted and self.graph_decode and not model.supports_prefix_rewind:
+                answer = Answer(self.tokenizer, prompt_ids, s, stats, origin)
+                yield from answer.run(stream, cancel, hooks, self._token_event, self._resume_after_oom(prompt_ids, s, hooks))
+                if not answer.exhausted and self.graph_decode and not model.supports_prefix_rewind:
                     # the graph decoder runs one step ahead: a recurrent (DeltaNet) state has already
                     # taken a token past _cached_tokens and cannot be rewound, so nothing is reusable
                     self._cached_tokens = []
@@ -558,17 +510,7 @@ class Engine:
                 if self._decoder is not None and self._decoder.fallback_reason and not self._notified_fallback:
                     self._notified_fallback = True
                     yield NoticeEvent(self._decoder.fallback_reason)
-                if finish != "stop_string":
-                    for piece in splitter.flush():
-                        out = matchers[piece.channel].feed(piece.text)
-                        if out:
-                            texts[piece.channel].append(out)
-                            yield TextEvent(out, piece.channel)  # type: ignore[arg-type]
-                    for channel, m in matchers.items():
-                        tail = m.flush()
-                        if tail:
-                            texts[channel].append(tail)
-                            yield TextEvent(tail, channel)  # type: ignore[arg-type]
+                yield from answer.flush()
         except torch.OutOfMemoryError as exc:
             self._cached_tokens = []
             self._end_logits = None
@@ -583,16 +525,20 @@ class Engine:
             self._cached_tokens = []
             self._end_logits = None  # be conservative after a failure inside a forward pass
             raise
-        stats.generated_tokens = len(generated)
-        stats.token_ids = generated
-        stats.finish_reason = finish  # type: ignore[assignment]
-        stats.decode_tok_s = decode_steps / decode_s if decode_steps and decode_s > 0 else 0.0
-        stats.total_s = time.perf_counter() - origin
-        if stats.ttft_s == 0.0:
-            stats.ttft_s = stats.total_s
-        stats.peak_memory_bytes = (int(torch.cuda.max_memory_allocated(dev)) if dev.type == "cuda"
-                                   else process_peak_rss_bytes())
-        yield DoneEvent(stats=stats, text="".join(texts["answer"]), thinking="".join(texts["thinking"]))
+        yield answer.done(peak_memory_bytes(dev))
+
+    def _resume_after_oom(self, prompt_ids: list[int], s: GenerationSettings,
+                          hooks: _Hooks) -> Callable[[list[int], int], tuple[Iterator[int], int] | None]:
+        """For :meth:`_Answer.run`: after an out-of-memory error mid-answer, halve the context, rebuild the cache
+        from the conversation so far and return ``(a stream that continues the answer, the new context)``;
+        ``None`` when the context cannot shrink further."""
+        def resume(generated: list[int], ctx: int) -> tuple[Iterator[int], int] | None:
+            seq = prompt_ids + generated
+            new_ctx = ctx // 2 // CTX_ALIGN * CTX_ALIGN
+            if new_ctx <= len(seq):
+                return None
+            return self._resume_with_context(seq, s, new_ctx, len(generated), hooks), new_ctx
+        return resume
 
     def _resume_with_context(self, seq: list[int], s: GenerationSettings, new_ctx: int,
                              done: int, hooks: _Hooks) -> Iterator[int]:

@@ -1,7 +1,8 @@
 """``ternary serve MODEL``: an OpenAI- and Anthropic-compatible API server on this machine.
 
 Listens first (requests get 503 "loading" until the model is ready), then loads the model, then
-serves until Ctrl-C. Requests run one at a time; others queue (``--max-queue``). See docs/server.md.
+serves until Ctrl-C. On a GPU ``--max-batch N`` decodes up to N requests together (continuous batching);
+otherwise requests run one at a time. Others queue (``--max-queue``). See docs/server.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.cli.generate import add_model_options, load_engine
+from runtime.errors import UnsupportedModelError
 from runtime.sampling_params import cli_int
 
 
@@ -27,8 +29,11 @@ def register(sub: Any) -> None:
     p.add_argument("--port", type=cli_int(0, 65535, "--port"), default=8731, help="port (default 8731)")
     p.add_argument("--api-key-env", metavar="VAR",
                    help="name of the environment variable that holds the API key clients must send")
+    p.add_argument("--max-batch", type=cli_int(1, 64, "--max-batch"), default=1, metavar="N",
+                   help="requests decoded together on a GPU (continuous batching; default 1). Each gets --ctx "
+                        "tokens of context, or less when N of them do not fit; on a CPU requests run one at a time")
     p.add_argument("--max-queue", type=cli_int(0, 100_000, "--max-queue"), default=16, metavar="N",
-                   help="requests that may wait behind the running one; more get 429 (default 16)")
+                   help="requests that may wait behind the running ones; more get 429 (default 16)")
     p.add_argument("--max-tokens-limit", type=cli_int(1, 262_144, "--max-tokens-limit"), default=8192, metavar="N",
                    help="the largest max_tokens a request may ask for (default 8192)")
     p.add_argument("--max-body-bytes", type=cli_int(1024, 1 << 30, "--max-body-bytes"), default=4 * 1024 * 1024,
@@ -47,7 +52,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         key = os.environ.get(args.api_key_env)
         if not key:
             raise ServerError(f"the environment variable {args.api_key_env} is not set or empty")
-    return ServerConfig(host=args.host, port=args.port, api_key=key, max_queue=args.max_queue,
+    return ServerConfig(host=args.host, port=args.port, api_key=key, max_queue=args.max_queue, max_batch=args.max_batch,
                         max_body_bytes=args.max_body_bytes, max_tokens_limit=args.max_tokens_limit,
                         cors_origins=list(args.cors_origin), model_id=args.model_id)
 
@@ -68,9 +73,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"listening on {handle.url} (loading {args.model}...)", file=sys.stderr, flush=True)
     try:
         engine = load_engine(args)
+        scheduling = "one request at a time"
+        if args.max_batch > 1:
+            try:
+                batch = engine.enable_batching(args.max_batch, args.ctx)
+            except UnsupportedModelError as exc:
+                print(f"note: {exc}; serving one request at a time", file=sys.stderr, flush=True)
+            else:
+                assert batch is not None
+                scheduling = f"up to {batch.max_batch} requests at once, {batch.context} tokens of context each"
         access.set_engine(engine)
         print(f"ready: model '{access.model_id}' on {engine.info.device}, context {engine.info.context_length} "
-              f"tokens; OpenAI base URL {handle.url}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
+              f"tokens, {scheduling}; OpenAI base URL {handle.url}/v1 (Ctrl-C stops)", file=sys.stderr, flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         print("stopping", file=sys.stderr)

@@ -24,6 +24,7 @@ from runtime.kernels.triton import attention as ta
 from runtime.kernels.triton import matvec as tlin
 from runtime.kernels.triton import rope as tr
 from runtime.kernels.triton.backend import TritonLinear
+from runtime.kv_cache import KVCache
 from runtime.offload import StreamedLayer, unwrap_streamed
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ class Qwen3LayerPlan:
 
 
 class Qwen3Step:
-    """``step(tokens [1], positions [1]) -> logits [V]`` (model dtype), graph-safe. Build with
-    :func:`qwen3_decode_step`."""
+    """``step(tokens [1], positions [1]) -> logits [V]`` (model dtype), graph-safe; batched, several sequences in
+    their own KV cache slots (:mod:`runtime.batching`). Build with :func:`qwen3_decode_step`."""
 
     def __init__(self, model: Qwen3Model, layers: list[Qwen3LayerPlan], head: TritonLinear) -> None:
         cfg = model.config
@@ -61,11 +62,21 @@ class Qwen3Step:
         # the attention's split merge writes o_proj's int8 input (a launch that replaces the quantisation launch)
         self.merge_q8 = hd & (hd - 1) == 0 and hd % 32 == 0 and flags.value("TERNARY_ATTN_MERGE_Q8") != "0"
 
-    def __call__(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    batched = True  # takes several sequences at once (runtime.batching)
+
+    def __call__(self, tok: torch.Tensor, pos: torch.Tensor, *, slots: torch.Tensor | None = None,
+                 cache: KVCache | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """One token of one sequence (``tok``, ``pos`` of shape [1], the model's cache): logits ``[V]``.
+
+        Batched (``slots`` given): row b is its own sequence, token ``tok[b]`` at position ``pos[b]``, its keys
+        in slot ``slots[b]`` of ``cache`` (a :class:`KVCache` of ``slots * kv_heads`` heads); logits ``[B, V]``
+        (into ``out`` if given)."""
         model, eps, dtype, hd = self.model, self.eps, self.dtype, self.head_dim
         nq, nkv = self.nq, self.nkv
-        cache = model.cache
-        x = model.embed(tok, dtype)  # [1, H]; TernaryEmbedding keeps its constants on the device
+        cache = cache if cache is not None else model.cache
+        rows = tok.shape[0]
+        hq, hkv = self.num_heads, self.num_kv_heads
+        x = model.embed(tok, dtype)  # [B, H]; TernaryEmbedding keeps its constants on the device
         cos, sin = model.rope.cos, model.rope.sin
         for i, p in enumerate(self.layers):
             b = p.block
@@ -73,25 +84,32 @@ class Qwen3Step:
                 p.streamed.before()
             qkv, gu, o, d = p.qkv, p.gate_up, p.o_proj, p.down_proj
             y = tlin.fused_rmsnorm_matvec(x, b.input_norm, eps, qkv.codes, qkv.scales, qkv.group_size)
-            q = y[:, :nq].view(1, self.num_heads, hd)
-            k = y[:, nq:nq + nkv].view(1, self.num_kv_heads, hd)
-            v = y[:, nq + nkv:].view(1, self.num_kv_heads, hd)
+            q = y[:, :nq].view(rows, hq, hd)
+            k = y[:, nq:nq + nkv].view(rows, hkv, hd)
+            v = y[:, nq + nkv:].view(rows, hkv, hd)
             kc, vc = cache.k[i], cache.v[i]
             ks = cache.k_scale[i] if cache.k_scale is not None else None  # int8 cache: fp32 [Hkv, max_pos]
             vs = cache.v_scale[i] if cache.v_scale is not None else None
             qr = tr.qk_norm_rope_kv_write(q, k, v, b.q_norm, b.k_norm, cos, sin, pos, kc, vc, eps,
-                                          k_scale=ks, v_scale=vs)
-            qa = tlin.quant_x_planes(1, nq, dtype, x.device) if self.merge_q8 else None
-            a = ta.decode_attention(qr[0], kc, vc, pos, self.sm_scale, k_scale=ks, v_scale=vs,
-                                    len_offset=1, q8_out=qa)  # keys [0, pos + 1): no separate pos + 1 launch
-            x = tlin.ternary_matvec(a.view(1, nq), o.codes, o.scales, o.group_size, residual=x, x_int8=qa)
+                                          k_scale=ks, v_scale=vs, slots=slots)
+            qa = tlin.quant_x_planes(rows, nq, dtype, x.device) if self.merge_q8 else None
+            # keys [0, pos + 1): no separate pos + 1 launch
+            if slots is None:
+                a = ta.decode_attention(qr[0], kc, vc, pos, self.sm_scale, k_scale=ks, v_scale=vs,
+                                        len_offset=1, q8_out=qa)
+            else:
+                a = ta.decode_attention(qr.view(rows * hq, hd), kc, vc, pos, self.sm_scale, k_scale=ks, v_scale=vs,
+                                        len_offset=1, q8_out=qa, slots=slots, kv_heads=hkv)
+            x = tlin.ternary_matvec(a.view(rows, nq), o.codes, o.scales, o.group_size, residual=x, x_int8=qa)
             h = tlin.swiglu_matvec(x, gu.codes, gu.scales, gu.group_size, norm_weight=b.post_norm, eps=eps)
             x = tlin.ternary_matvec(h, d.codes, d.scales, d.group_size, residual=x)
             if p.streamed is not None:
                 p.streamed.after()
         head = self.head
-        logits = tlin.fused_rmsnorm_matvec(x, model.final_norm, eps, head.codes, head.scales, head.group_size)
-        return logits.reshape(-1)  # the model's dtype: the decoder's sampler reads it as fp32 (no cast launch)
+        logits = tlin.fused_rmsnorm_matvec(x, model.final_norm, eps, head.codes, head.scales, head.group_size,
+                                           out=out)
+        # the model's dtype: the decoder's sampler reads it as fp32 (no cast launch)
+        return logits.reshape(-1) if slots is None else logits
 
 
 def qwen3_decode_step(model: Qwen3Model) -> Qwen3Step | None:

@@ -1,4 +1,5 @@
-"""One engine, lent to one request at a time (the engine is not thread-safe)."""
+"""One engine, lent to one request at a time, or to several when it batches (the engine's single-sequence
+path is not thread-safe; its continuous-batching path is)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,36 @@ class EngineAccess:
         self.engine = engine
         self.model_id = model_id
         self.lock = lock if lock is not None else threading.Lock()
+        self._sharers = 0
+        self._sharers_lock = threading.Lock()
 
     def set_engine(self, engine: Any) -> None:
         with self.lock:
             self.engine = engine
 
+    @property
+    def parallel(self) -> int:
+        """Requests the engine decodes at once: its batch size with continuous batching on, else 1."""
+        batch = self.engine.batch if self.engine is not None else None
+        return batch.max_batch if batch is not None else 1
+
     @contextlib.contextmanager
-    def lease(self) -> Iterator[Any]:
-        """Block until the engine is free, then hold it for the ``with`` block."""
-        with self.lock:
+    def lease(self, shared: bool = False) -> Iterator[Any]:
+        """Block until the engine is free, then hold it for the ``with`` block. ``shared``: hold it together
+        with other shared leases (a batching engine's requests); the first takes the lock, the last gives it
+        back, so the app's chat waits until no request runs, as it does for one."""
+        if not shared:
+            with self.lock:
+                yield self.engine
+            return
+        with self._sharers_lock:  # serialises the first taker against the last leaver
+            if self._sharers == 0:
+                self.lock.acquire()
+            self._sharers += 1
+        try:
             yield self.engine
+        finally:
+            with self._sharers_lock:
+                self._sharers -= 1
+                if self._sharers == 0:
+                    self.lock.release()

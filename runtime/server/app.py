@@ -22,8 +22,8 @@ async def health(gw: Gateway, request: Request) -> Response:
     st = gw.scheduler.stats()
     loading = gw.access.engine is None
     body = {"status": "loading" if loading else "ok", "model": gw.model_id, "active": st.active, "queued": st.queued,
-            "max_queue": gw.scheduler.max_queue, "parallel_requests": 1,
-            "scheduling": "one request at a time, others queue", "requests_served": st.requests_served,
+            "max_queue": gw.scheduler.max_queue, "parallel_requests": gw.scheduler.parallel,
+            "scheduling": gw.scheduler.scheduling(), "requests_served": st.requests_served,
             "requests_cancelled": st.requests_cancelled, "requests_failed": st.requests_failed}
     return JSONResponse(body, status_code=503 if loading else 200)
 

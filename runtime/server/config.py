@@ -19,7 +19,8 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8731  # 0 = any free port (tests); ServerHandle.url says which
     api_key: str | None = None
-    max_queue: int = 16  # requests waiting behind the running one; one more gets 429
+    max_queue: int = 16  # requests waiting behind the running ones; one more gets 429
+    max_batch: int = 1  # requests decoded at once when the engine batches (Engine.enable_batching)
     max_body_bytes: int = 4 * 1024 * 1024
     max_tokens_limit: int = 8192  # the largest max_tokens a request may ask for
     cors_origins: list[str] = field(default_factory=list)  # empty = CORS off
@@ -45,6 +46,8 @@ def check_config(config: ServerConfig) -> None:
         raise ServerError("the API key is empty")
     if not isinstance(config.port, int) or not 0 <= config.port <= 65535:
         raise ServerError(f"the port must be a whole number from 0 to 65535, got {config.port!r}")
+    if not isinstance(config.max_batch, int) or not 1 <= config.max_batch <= 64:
+        raise ServerError(f"max_batch must be a whole number from 1 to 64, got {config.max_batch!r}")
     if config.max_queue < 0:
         raise ServerError(f"max_queue must be 0 or more, got {config.max_queue}")
     if config.max_body_bytes < 1024:

@@ -378,8 +378,8 @@ async def _completion_stream(gw: Gateway, job: Any, base: dict[str, Any], n_prom
 
 async def models(gw: Gateway, request: Request) -> Response:
     engine = gw.access.engine
-    meta: dict[str, Any] = {"parallel_requests": 1, "scheduling": "one request at a time, others queue"}
+    meta: dict[str, Any] = {"parallel_requests": gw.scheduler.parallel, "scheduling": gw.scheduler.scheduling()}
     if engine is not None:
-        meta.update(context_length=engine.info.context_length, device=engine.info.device, arch=engine.info.arch)
+        meta.update(context_length=engine.request_context, device=engine.info.device, arch=engine.info.arch)
     return JSONResponse({"object": "list", "data": [{"id": gw.model_id, "object": "model", "created": gw.created,
                                                      "owned_by": "ternary-chat", "meta": meta}]})

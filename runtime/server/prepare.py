@@ -127,11 +127,11 @@ def prepare_text(engine: Any, prompt: str | list[int], settings: GenerationSetti
 
 def _checked(engine: Any, ids: list[int], settings: GenerationSettings, logprobs: int | None,
              constraint: Any) -> Prepared:
-    ctx = engine.info.context_length
+    ctx = engine.request_context
     if not ids:
         raise APIError(400, "the prompt is empty", param="messages")
     if len(ids) >= ctx:
-        raise APIError(400, f"the prompt is {len(ids)} tokens but the model's context holds {ctx} (at least one "
+        raise APIError(400, f"the prompt is {len(ids)} tokens but a request's context holds {ctx} (at least one "
                             "token must be left for the answer)", code="context_length_exceeded", param="messages")
     return Prepared(ids, settings, logprobs, constraint)
 

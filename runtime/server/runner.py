@@ -66,7 +66,7 @@ def start_server(access: Any, config: ServerConfig) -> ServerHandle:
 
     check_config(config)
     sock = _bind(config.host, config.port)
-    scheduler = Scheduler(access, config.max_queue)
+    scheduler = Scheduler(access, config.max_queue, workers=config.max_batch)
     app = build_app(Gateway(access, config, scheduler))
     uv_config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=2,
                                limit_concurrency=None, http="h11")

@@ -1,10 +1,11 @@
-"""The request queue: one generation at a time on the engine, a bounded line of waiting requests.
+"""The request queue: as many generations at once as the engine decodes together, a bounded line behind.
 
-Why one at a time: the engine decodes one sequence (batched decoding is not built), and the app's
-chat shares the same engine through :class:`~runtime.server.access.EngineAccess`'s lock. One worker
-thread takes jobs in arrival order, leases the engine, and hands every event to the request's
-asyncio queue. A job cancelled while waiting leaves the line at once; a running one stops at the
-engine's next per-token check of its CancelToken, so the slot is free within one decode step.
+An engine decodes one sequence, or, with continuous batching on (``ternary serve --max-batch N`` on a GPU,
+:mod:`runtime.batching`), up to N; :attr:`~runtime.server.access.EngineAccess.parallel` says which. Worker
+threads take jobs in arrival order, lease the engine (shared among them when it batches; the app's chat
+shares the same lock) and hand every event to the request's asyncio queue. A job cancelled while waiting
+leaves the line at once; a running one stops at the engine's next per-token check of its CancelToken, so
+its slot is free within one decode step.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class JobFailed:
     error: BaseException
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself (it sits in a set while it runs)
 class Job:
     run: Callable[[Any, CancelToken], Iterator[Any]]  # engine, cancel -> events; called in the worker
     loop: asyncio.AbstractEventLoop
@@ -57,19 +58,26 @@ class ServerStats:
 
 
 class Scheduler:
-    """Bounded FIFO in front of the engine, run by one worker thread."""
+    """Bounded FIFO in front of the engine, run by ``workers`` threads (at most ``access.parallel`` busy)."""
 
-    def __init__(self, access: Any, max_queue: int) -> None:
+    def __init__(self, access: Any, max_queue: int, workers: int = 1) -> None:
         self.access = access
         self.max_queue = max_queue
         self._waiting: collections.deque[Job] = collections.deque()
         self._cond = threading.Condition()
-        self._running: Job | None = None
+        self._running: set[Job] = set()
         self._stopping = False
         self._stats = ServerStats()
         self._durations: collections.deque[float] = collections.deque(maxlen=16)
-        self._thread = threading.Thread(target=self._work, name="ternary-serve-scheduler", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._work, name=f"ternary-serve-worker-{i}", daemon=True)
+                         for i in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def parallel(self) -> int:
+        """Requests that run at once now (the rest wait)."""
+        return max(1, min(len(self._threads), self.access.parallel))
 
     # -- requests
     def submit(self, run: Callable[[Any, CancelToken], Iterator[Any]], loop: asyncio.AbstractEventLoop) -> Job:
@@ -77,9 +85,10 @@ class Scheduler:
         with self._cond:
             if self._stopping:
                 raise APIError(503, "the server is stopping", retry_after=5)
-            if len(self._waiting) >= self.max_queue and (self._running is not None or self._waiting):
+            busy = len(self._running) >= self.parallel
+            if len(self._waiting) >= self.max_queue and (busy or self._waiting):
                 raise APIError(429, f"the queue is full ({self.max_queue} requests wait for the model, which "
-                                    "runs one request at a time); retry later", code="queue_full",
+                                    f"runs {self.parallel} at a time); retry later", code="queue_full",
                                retry_after=self._retry_after())
             job = Job(run, loop)
             self._waiting.append(job)
@@ -101,7 +110,7 @@ class Scheduler:
 
     def stats(self) -> ServerStats:
         with self._cond:
-            return ServerStats(**{**self._stats.__dict__, "active": int(self._running is not None),
+            return ServerStats(**{**self._stats.__dict__, "active": len(self._running),
                                   "queued": len(self._waiting)})
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -109,13 +118,21 @@ class Scheduler:
         with self._cond:
             self._stopping = True
             waiting, self._waiting = list(self._waiting), collections.deque()
-            if self._running is not None:
-                self._running.cancel.cancel()
+            for job in self._running:
+                job.cancel.cancel()
             self._cond.notify_all()
         for job in waiting:
             job.cancel.cancel()
             job.put(END)
-        self._thread.join(timeout)
+        for t in self._threads:
+            t.join(timeout)
+
+    def scheduling(self) -> str:
+        """How requests run, in words (``/health``, ``/v1/models``)."""
+        n = self.parallel
+        if n > 1:
+            return f"continuous batching: up to {n} requests share each decode step, others queue"
+        return "one request at a time, others queue"
 
     @property
     def stopping(self) -> bool:
@@ -123,30 +140,31 @@ class Scheduler:
 
     def _retry_after(self) -> int:
         mean = sum(self._durations) / len(self._durations) if self._durations else 1.0
-        return max(1, min(600, round(mean * (len(self._waiting) + 1))))
+        return max(1, min(600, round(mean * (len(self._waiting) + 1) / self.parallel)))
 
     # -- the worker
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._waiting and not self._stopping:
-                    self._cond.wait()
+                while not self._stopping and not (self._waiting and len(self._running) < self.parallel):
+                    self._cond.wait(0.5)  # also re-reads parallel, which changes when a model loads
                 if self._stopping:
                     return
                 job = self._waiting.popleft()
-                self._running = job
+                self._running.add(job)
             started = time.perf_counter()
             try:
                 self._run(job)
             finally:
                 with self._cond:
-                    self._running = None
+                    self._running.discard(job)
                     self._durations.append(time.perf_counter() - started)
+                    self._cond.notify_all()
                 job.put(END)
 
     def _run(self, job: Job) -> None:
         try:
-            with self.access.lease() as engine:
+            with self.access.lease(shared=self.parallel > 1) as engine:
                 if job.cancel.cancelled:
                     with self._cond:
                         self._stats.requests_cancelled += 1

@@ -363,3 +363,58 @@ def test_gpu_decode_attention_merge_launch_writes_o_proj_planes(hq: int, hkv: in
     for cfg in [("q8p", 2, 0, 16, 1), ("q8", 4, 4096, 1, 2)]:
         plain = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
         assert torch.equal(matvec.ternary_matvec(x, codes, scales, 128, config=cfg, x_int8=planes), plain)
+
+
+def test_gpu_batched_decode_kernels_equal_per_row() -> None:
+    """Continuous batching at the 8B's shape in bf16: 8 rows in slots of a 17-slot cache (lengths 1..3000), the
+    batched rope/KV write and attention (in-launch merge and ``q8_out`` merge launch) equal the unbatched kernels
+    row by row on each slot's view, bit for bit, at the batched default split count and at 16; under PDL (with
+    the L2 prefetch reading each row's slot and length) when the GPU has it."""
+    import triton
+
+    from runtime.kernels.triton.attention import _launch_defaults, default_num_splits
+
+    hq, hkv, dim, positions, n_slots, dtype = 32, 8, 128, 4096, 17, torch.bfloat16
+    slots = torch.tensor([16, 3, 0, 9, 4, 11, 7, 1], device=DEV, dtype=torch.int32)
+    lengths = torch.tensor([3000, 1, 17, 640, 2049, 64, 1500, 2], device=DEV)
+    b = slots.numel()
+    gen = torch.Generator(device=DEV).manual_seed(11)
+    kc = torch.randn(n_slots * hkv, positions, dim, device=DEV, dtype=dtype, generator=gen)
+    vc = torch.randn(n_slots * hkv, positions, dim, device=DEV, dtype=dtype, generator=gen)
+    cos = torch.randn(positions, dim, device=DEV, generator=gen)
+    sin = torch.randn(positions, dim, device=DEV, generator=gen)
+    q = torch.randn(b, hq, dim, device=DEV, dtype=dtype, generator=gen)
+    k = torch.randn(b, hkv, dim, device=DEV, dtype=dtype, generator=gen)
+    v = torch.randn(b, hkv, dim, device=DEV, dtype=dtype, generator=gen)
+    nw = (torch.randn(dim, device=DEV, generator=gen) * 0.1 + 1).to(dtype)
+    ref_kc, ref_vc = kc.clone(), vc.clone()
+    pos = lengths - 1  # the step writes position len - 1, then attends over len keys (len_offset=1)
+    qr = qk_norm_rope_kv_write(q, k, v, nw, nw, cos, sin, pos, kc, vc, 1e-6, slots=slots)
+    for i, s in enumerate(slots.tolist()):
+        h = slice(s * hkv, (s + 1) * hkv)
+        one = qk_norm_rope_kv_write(q[i:i + 1], k[i:i + 1], v[i:i + 1], nw, nw, cos, sin, pos[i:i + 1],
+                                    ref_kc[h], ref_vc[h], 1e-6)
+        assert torch.equal(qr[i], one[0]), i
+    assert torch.equal(kc, ref_kc) and torch.equal(vc, ref_vc)
+    qf = qr.reshape(b * hq, dim)
+    kw = hq * dim // 16
+    x_planes = torch.full((b, packing.Q8_PLANES * kw), -7, dtype=torch.int32, device=DEV)
+    block_s = _launch_defaults(dim)[0]
+    for splits in (default_num_splits(b * hkv, positions, block_s), 16):
+        args = dict(num_splits=splits, len_offset=1)
+        o = decode_attention(qf, kc, vc, pos, dim ** -0.5, slots=slots, kv_heads=hkv, **args)
+        od = decode_attention(qf, kc, vc, pos, dim ** -0.5, slots=slots, kv_heads=hkv, q8_out=x_planes, **args)
+        assert torch.equal(o, od), splits
+        for i, s in enumerate(slots.tolist()):
+            h, rows = slice(s * hkv, (s + 1) * hkv), slice(i * hq, (i + 1) * hq)
+            one = torch.full((packing.Q8_PLANES * kw,), -7, dtype=torch.int32, device=DEV)
+            oi = decode_attention(qf[rows], kc[h], vc[h], pos[i:i + 1], dim ** -0.5, q8_out=one, **args)
+            assert torch.equal(od[rows], oi) and torch.equal(x_planes[i], one), (splits, i)
+            e = ref.ref_decode_attention(qf[rows], kc[h], vc[h], int(lengths[i]), dim ** -0.5)
+            assert rel(od[rows], e) < 1e-2, (splits, i)
+        x = od.reshape(b, -1)
+        expect = torch.empty_like(x_planes)
+        packing._quant_x_kernel[(b, triton.cdiv(kw, 64))](x, x.stride(0), x, expect, hq * dim, kw, 1e-6, 0.0,
+                                                        BLOCK_W=64, NORM=False, NORM_QWEN3=True, NORM_BLOCK=4096,
+                                                        USE_GDC=False)
+        assert torch.equal(x_planes, expect), splits

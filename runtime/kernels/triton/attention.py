@@ -7,6 +7,8 @@ step and the cost follows the live length, not the cache size); the last program
 to finish merges the partial (max, sum, acc) in a fixed order - one launch, deterministic.
 All query heads of a GQA group share each K/V tile load (``tl.dot`` with the group padded to 16).
 Optional int8 cache: per-token-per-head fp32 scales folded into scores and probabilities.
+Batched decode (``slots``, continuous batching): B sequences in one launch, B * kv_heads programs per split,
+each row reading its own slot's heads of a cache that stacks S slots and its own live length.
 """
 
 from __future__ import annotations
@@ -68,18 +70,36 @@ def _prefetch_kv_l2(kbase, vbase, sc_s, len_ptr, D, NUM_SPLITS: tl.constexpr, BL
 @triton.jit
 def _decode_attn_kernel(
     q_ptr, sq_h, kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h, len_ptr,
-    o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, sm_scale, D, GROUP,
+    o_ptr, so_h, g_ptr, sg_h, part_ptr, ml_ptr, cnt_ptr, slot_ptr, sm_scale, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     MIN_PER: tl.constexpr, INT8: tl.constexpr, IEEE: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
     PREFETCH_TILES: tl.constexpr, GROUP_P2: tl.constexpr, LEN_OFFSET: tl.constexpr, DEFER: tl.constexpr,
+    ROWS: tl.constexpr = False, HKV: tl.constexpr = 0,
 ):
+    """ROWS (batched): program hk = row * HKV + j takes the row's query heads hk * GROUP.. (as unbatched), cache
+    head ``slot_ptr[row] * HKV + j`` and length ``len_ptr[row]``. Off, ``slot_ptr`` is None (a constexpr): the
+    unbatched program, unchanged."""
     hk = tl.program_id(0)
     sp = tl.program_id(1)
     if USE_GDC and PREFETCH_TILES > 0:  # launched early (PDL): this split's first K/V tiles into L2 meanwhile
-        _prefetch_kv_l2(kc_ptr + hk * sc_h, vc_ptr + hk * sc_h, sc_s, len_ptr, D, NUM_SPLITS, BLOCK_D, BLOCK_S,
+        if ROWS:  # slot and length read before the wait: they steer the prefetch (a hint) only
+            prow = hk // HKV
+            pch = tl.load(slot_ptr + prow).to(tl.int64) * HKV + (hk - prow * HKV)
+            plen = len_ptr + prow
+        else:
+            pch = hk
+            plen = len_ptr
+        _prefetch_kv_l2(kc_ptr + pch * sc_h, vc_ptr + pch * sc_h, sc_s, plen, D, NUM_SPLITS, BLOCK_D, BLOCK_S,
                         MIN_PER, PREFETCH_TILES, LEN_OFFSET)
     gdc_wait(USE_GDC)
-    L = tl.load(len_ptr).to(tl.int32) + LEN_OFFSET
+    if ROWS:
+        row = hk // HKV
+        ch = tl.load(slot_ptr + row).to(tl.int64) * HKV + (hk - row * HKV)
+        lp = len_ptr + row
+    else:
+        ch = hk
+        lp = len_ptr
+    L = tl.load(lp).to(tl.int32) + LEN_OFFSET
     hs = tl.arange(0, BLOCK_H)
     hmask = hs < GROUP
     d = tl.arange(0, BLOCK_D)
@@ -91,8 +111,8 @@ def _decode_attn_kernel(
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
-    kbase = kc_ptr + hk * sc_h
-    vbase = vc_ptr + hk * sc_h
+    kbase = kc_ptr + ch * sc_h
+    vbase = vc_ptr + ch * sc_h
     for s0 in range(s_begin, s_end, BLOCK_S):
         offs = s0 + tl.arange(0, BLOCK_S)
         smask = offs < s_end
@@ -104,14 +124,14 @@ def _decode_attn_kernel(
         else:
             sc = tl.dot(q, tl.trans(k.to(cdt)))
         if INT8:
-            sc = sc * tl.load(ks_ptr + hk * ss_h + offs, mask=smask, other=0.0)[None, :]
+            sc = sc * tl.load(ks_ptr + ch * ss_h + offs, mask=smask, other=0.0)[None, :]
         sc = tl.where(smask[None, :], sc * sm_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(sc, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(sc - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if INT8:
-            p = p * tl.load(vs_ptr + hk * ss_h + offs, mask=smask, other=0.0)[None, :]
+            p = p * tl.load(vs_ptr + ch * ss_h + offs, mask=smask, other=0.0)[None, :]
         if IEEE:
             pv = tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
@@ -167,7 +187,7 @@ def _merge_splits_kernel(
     part_ptr, ml_ptr, len_ptr, o_ptr, so_h, g_ptr, sg_h, q8_ptr, D, GROUP,
     NUM_SPLITS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     MIN_PER: tl.constexpr, GATED: tl.constexpr, USE_GDC: tl.constexpr,
-    LEN_OFFSET: tl.constexpr,
+    LEN_OFFSET: tl.constexpr, ROWS: tl.constexpr = False, HKV: tl.constexpr = 0,
 ):
     """One query head per program: merge the split programs' partials (the same arithmetic, in the same order,
     as the attention's in-launch merge), store the output and its int8 planes for the o_proj
@@ -176,12 +196,19 @@ def _merge_splits_kernel(
     Why a launch of its own: the in-launch merge waits for the last split program (an atomic round trip to L2)
     and then re-reads every partial — two dependent memory trips at the end of the attention, on the step's
     critical path. Here the attention ends with plain stores, and this launch takes the place of the o_proj's
-    quantisation launch, which the step needs anyway; its programs wait (PDL) while the attention drains."""
+    quantisation launch, which the step needs anyway; its programs wait (PDL) while the attention drains.
+    ROWS (batched): query head qh belongs to row ``qh // (HKV * GROUP)``, whose length it reads and whose own
+    planes it writes (``_quant_x_kernel``'s per-row layout, for the o_proj of B rows)."""
     qh = tl.program_id(0)
     hk = qh // GROUP
     r = qh - hk * GROUP
     gdc_wait(USE_GDC)
-    L = tl.load(len_ptr).to(tl.int32) + LEN_OFFSET
+    if ROWS:
+        row = hk // HKV
+        lp = len_ptr + row
+    else:
+        lp = len_ptr
+    L = tl.load(lp).to(tl.int32) + LEN_OFFSET
     per, _, _ = _split_keys(L, 0, NUM_SPLITS, BLOCK_S, MIN_PER)
     n_active = tl.cdiv(L, per)
     d = tl.arange(0, BLOCK_D)
@@ -206,8 +233,14 @@ def _merge_splits_kernel(
         tot += a * f[:, None]
     out = _store_out(tot / tot_l[:, None], o_ptr, so_h, g_ptr, sg_h, qh + one, d, dmask[None, :], GATED)
     WPH: tl.constexpr = BLOCK_D // 16  # weight words per head (even: one activation scale per word pair)
-    w = qh * WPH + tl.arange(0, WPH)
-    store_quant_words(q8_ptr, tl.num_programs(0) * WPH, w, w >= 0, tl.reshape(out.to(tl.float32), [WPH, 16]), WPH)
+    if ROWS:  # row's planes at q8_ptr + row * 7 * KW, KW = Hq * D / 16 words a plane
+        kw = HKV * GROUP * WPH
+        w = (qh - row * HKV * GROUP) * WPH + tl.arange(0, WPH)
+        store_quant_words(q8_ptr + row * 7 * kw, kw, w, w >= 0, tl.reshape(out.to(tl.float32), [WPH, 16]), WPH)
+    else:
+        w = qh * WPH + tl.arange(0, WPH)
+        store_quant_words(q8_ptr, tl.num_programs(0) * WPH, w, w >= 0, tl.reshape(out.to(tl.float32), [WPH, 16]),
+                          WPH)
 
 
 def _env_config(default: tuple[int, int, int | None, int], var: str) -> tuple[int, int, int | None, int]:
@@ -257,7 +290,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                      out: torch.Tensor | None = None, num_splits: int | None = None,
                      block_s: int | None = None, num_warps: int | None = None,
                      min_split_keys: int | None = None, gate: torch.Tensor | None = None,
-                     len_offset: int = 0, q8_out: torch.Tensor | None = None) -> torch.Tensor:
+                     len_offset: int = 0, q8_out: torch.Tensor | None = None, slots: torch.Tensor | None = None,
+                     kv_heads: int | None = None) -> torch.Tensor:
     """``softmax(q Kᵀ · sm_scale) V`` for ``q [Hq, D]`` over cache positions ``[0, seq_len[0] + len_offset)``
     (``len_offset=1`` with the step's position tensor itself saves the step a ``pos + 1`` launch).
 
@@ -268,22 +302,41 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
     ``min_split_keys``: each split program takes at least this many keys (rounded up to whole
     tiles), so short contexts use fewer of the ``num_splits`` programs. ``gate [Hq, D]`` (any head
-    stride): the output is multiplied by ``sigmoid(gate)`` (Qwen3.5's gated attention) in the same launch."""
-    hq, dim = q.shape
-    hkv, max_pos, _ = k_cache.shape
-    if hq % hkv or k_cache.shape[2] != dim or v_cache.shape != k_cache.shape or k_cache.stride() != v_cache.stride():
-        raise ValueError("q [Hq, D] and caches [Hkv, max_pos, D] with Hq % Hkv == 0 and equal strides")
+    stride): the output is multiplied by ``sigmoid(gate)`` (Qwen3.5's gated attention) in the same launch.
+
+    Batched decode, ``slots`` (int ``[B]``) with ``kv_heads`` (Hkv per sequence): q, gate and the output are
+    ``[B * Hq, D]`` (row b's heads at ``b * Hq``), the caches ``[S * Hkv, max_pos, D]``; row b attends over heads
+    ``slots[b] * Hkv + j`` for ``seq_len[b] + len_offset`` positions (``seq_len [B]``); ``q8_out`` gets each row's
+    planes in ``matvec.quant_x_planes(B, Hq * D, ...)``'s layout."""
+    hq, dim = q.shape  # batched: all rows' query heads
+    if (slots is None) != (kv_heads is None):
+        raise ValueError("batched decode attention needs both slots and kv_heads")
+    if slots is not None:
+        rows, hkv, max_pos = slots.numel(), int(kv_heads), k_cache.shape[1]
+        if slots.shape != (rows,) or slots.dtype not in (torch.int32, torch.int64) or seq_len.shape != (rows,):
+            raise ValueError("slots (int32/int64) and seq_len must both be [B]")
+        if hkv < 1 or k_cache.shape[0] % hkv or hq % (rows * hkv):
+            raise ValueError("batched: q [B * Hq, D] with Hq % kv_heads == 0 and caches [S * kv_heads, max_pos, D]")
+        if k_cache.shape[2] != dim or v_cache.shape != k_cache.shape or k_cache.stride() != v_cache.stride():
+            raise ValueError("caches [S * kv_heads, max_pos, D] with equal shapes and strides")
+    else:
+        rows = 1
+        hkv, max_pos, _ = k_cache.shape
+        if hq % hkv or k_cache.shape[2] != dim or v_cache.shape != k_cache.shape \
+                or k_cache.stride() != v_cache.stride():
+            raise ValueError("q [Hq, D] and caches [Hkv, max_pos, D] with Hq % Hkv == 0 and equal strides")
+    progs = rows * hkv  # one program per (row, KV head) and split
     if q.stride(-1) != 1 or k_cache.stride(-1) != 1:
         raise ValueError("q and caches need a contiguous last dimension")
     int8 = k_cache.dtype == torch.int8
     if int8 and (k_scale is None or v_scale is None):
         raise ValueError("an int8 KV cache needs k_scale and v_scale")
-    group = hq // hkv
+    group = hq // progs
     block_h = max(16, triton.next_power_of_2(group))
     block_d = triton.next_power_of_2(dim)
     d_bs, d_warps, d_splits, d_min = _launch_defaults(block_d)
     block_s = block_s or (16 if INTERPRET else d_bs)
-    splits = num_splits or d_splits or default_num_splits(hkv, max_pos, block_s)
+    splits = num_splits or d_splits or default_num_splits(progs, max_pos, block_s)
     num_warps = num_warps or d_warps
     min_keys = d_min if min_split_keys is None else min_split_keys
     min_per = triton.cdiv(max(min_keys, 1), block_s) * block_s
@@ -297,21 +350,22 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError("q8_out needs a power-of-two head size >= 32, a contiguous output and an int32 buffer "
                          "of Q8_PLANES * Hq * D / 16")
     if defer or splits > 1:  # the splits' partials (max, sum, acc), merged in this launch or by the merge launch
-        part = torch.empty(hkv * splits * block_h * block_d, dtype=torch.float32, device=q.device)
-        ml = torch.empty(hkv * splits * 2 * block_h, dtype=torch.float32, device=q.device)
-        cnt = out if defer else _counter_buffer(q.device, hkv, owner="attention")  # no arrival counter when deferred
+        part = torch.empty(progs * splits * block_h * block_d, dtype=torch.float32, device=q.device)
+        ml = torch.empty(progs * splits * 2 * block_h, dtype=torch.float32, device=q.device)
+        cnt = out if defer else _counter_buffer(q.device, progs, owner="attention")  # no arrival counter when deferred
     else:
         part = ml = cnt = out
     ks = k_scale if int8 else k_cache
     vs = v_scale if int8 else v_cache
-    _decode_attn_kernel[(hkv, splits)](
+    batched = dict(ROWS=slots is not None, HKV=hkv if slots is not None else 0)
+    _decode_attn_kernel[(progs, splits)](
         q, q.stride(0), k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs,
         ks.stride(0) if int8 else 0, seq_len, out, out.stride(0), gate if gate is not None else out,
-        gate.stride(0) if gate is not None else 0, part, ml, cnt, float(sm_scale), dim, group,
+        gate.stride(0) if gate is not None else 0, part, ml, cnt, slots, float(sm_scale), dim, group,
         NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per, INT8=int8,
         IEEE=q.dtype == torch.float32, GATED=gate is not None, PREFETCH_TILES=PREFETCH_TILES,
         GROUP_P2=triton.next_power_of_2(group), LEN_OFFSET=int(len_offset), DEFER=defer, num_warps=num_warps,
-        **pdl.launch_options(q.device),
+        **batched, **pdl.launch_options(q.device),
     )
     if defer:
         _merge_splits_kernel[(hq,)](
@@ -319,5 +373,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
             gate.stride(0) if gate is not None else 0, q8_out, dim, group,
             NUM_SPLITS=splits, BLOCK_H=block_h, BLOCK_D=block_d, BLOCK_S=block_s, MIN_PER=min_per,
             GATED=gate is not None, LEN_OFFSET=int(len_offset),
-            num_warps=_merge_warps(), **pdl.launch_options(q.device))
+            num_warps=_merge_warps(), **batched, **pdl.launch_options(q.device))
     return out

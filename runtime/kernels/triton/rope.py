@@ -5,6 +5,8 @@ a cache scatter); fused they cost one launch and one read of q/k/v. The write po
 a device tensor so the launch can be replayed from a CUDA graph at every step.
 RoPE is HF's rotate-half form on the first ``rotary_dim`` dims (partial rotary for Qwen3.5);
 the YaRN attention factor is already folded into the cos/sin tables (``RotaryTables``).
+Batched decode (``slots``): each of the T rows is one token of its own sequence, at its own position, written
+to its slot's heads of a cache that stacks S slots' KV heads (continuous batching: one launch per step).
 """
 
 from __future__ import annotations
@@ -34,14 +36,20 @@ def _qk_norm_rope_kernel(
     q_ptr, sq_t, sq_h, k_ptr, sk_t, sk_h, v_ptr, sv_t, sv_h, qw_ptr, kw_ptr,
     cos_ptr, sin_ptr, stride_cs, pos_ptr,
     kc_ptr, vc_ptr, sc_h, sc_s, ks_ptr, vs_ptr, ss_h,
-    qo_ptr, so_t, so_h,
+    qo_ptr, so_t, so_h, slot_ptr,
     Hq, D, R, eps, offset,
     BLOCK_D: tl.constexpr, QWEN3: tl.constexpr, INT8: tl.constexpr, USE_GDC: tl.constexpr,
+    ROWS: tl.constexpr = False,
 ):
+    """ROWS: row t is its own sequence at ``pos_ptr[t]``, its K/V in cache heads ``slot_ptr[t] * Hkv + h``
+    (off: ``slot_ptr`` is None, a constexpr, so that program is the unbatched one, unchanged)."""
     gdc_wait(USE_GDC)
     t = tl.program_id(0)
     h = tl.program_id(1)
-    pos = tl.load(pos_ptr).to(tl.int64) + t
+    if ROWS:
+        pos = tl.load(pos_ptr + t).to(tl.int64)
+    else:
+        pos = tl.load(pos_ptr).to(tl.int64) + t
     d = tl.arange(0, BLOCK_D)
     m = d < D
     half = R // 2
@@ -76,11 +84,15 @@ def _qk_norm_rope_kernel(
     if is_q:
         tl.store(qo_ptr + t * so_t + h * so_h + d, out.to(qo_ptr.dtype.element_ty), mask=m)
     else:
-        dst = hk * sc_h + pos * sc_s + d
+        if ROWS:  # the slot's heads; Hkv from the grid (Hq + Hkv programs per row)
+            ch = tl.load(slot_ptr + t).to(tl.int64) * (tl.num_programs(1) - Hq) + hk
+        else:
+            ch = hk
+        dst = ch * sc_h + pos * sc_s + d
         vv = tl.load(v_ptr + t * sv_t + hk * sv_h + d, mask=m, other=0.0)
         if INT8:
-            _quant_store_int8(out.to(dt).to(tl.float32), kc_ptr + dst, ks_ptr + hk * ss_h + pos, m)
-            _quant_store_int8(vv.to(tl.float32), vc_ptr + dst, vs_ptr + hk * ss_h + pos, m)
+            _quant_store_int8(out.to(dt).to(tl.float32), kc_ptr + dst, ks_ptr + ch * ss_h + pos, m)
+            _quant_store_int8(vv.to(tl.float32), vc_ptr + dst, vs_ptr + ch * ss_h + pos, m)
         else:
             tl.store(kc_ptr + dst, out.to(kc_ptr.dtype.element_ty), mask=m)
             tl.store(vc_ptr + dst, vv.to(vc_ptr.dtype.element_ty), mask=m)
@@ -90,10 +102,14 @@ def qk_norm_rope_kv_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_n
                           k_norm_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                           start_pos: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float,
                           *, weight_offset: float = 0.0, k_scale: torch.Tensor | None = None,
-                          v_scale: torch.Tensor | None = None, q_out: torch.Tensor | None = None) -> torch.Tensor:
+                          v_scale: torch.Tensor | None = None, q_out: torch.Tensor | None = None,
+                          slots: torch.Tensor | None = None) -> torch.Tensor:
     """Normalise + rotate q/k ``[T, heads, D]`` at ``start_pos[0] + t``, write k/v to the caches.
 
-    Returns the rotated q (``q_out`` if given). See docs/kernels.md for layouts.
+    ``slots`` (int ``[T]``, batched decode): row t is one token of its own sequence, at ``start_pos[t]``, and its
+    k/v go to cache heads ``slots[t] * kv_heads + h`` of caches ``[S * kv_heads, max_positions, head_dim]``
+    (scales ``[S * kv_heads, max_positions]``). Returns the rotated q (``q_out`` if given). See docs/kernels.md
+    for layouts.
     """
     t, hq, dim = q.shape
     hkv = k.shape[1]
@@ -101,7 +117,17 @@ def qk_norm_rope_kv_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_n
         raise ValueError("k and v must be [T, kv_heads, head_dim] matching q")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("q, k, v need a contiguous last dimension")
-    if k_cache.shape[0] != hkv or k_cache.shape[2] != dim or k_cache.stride() != v_cache.stride():
+    if slots is not None:
+        if k_cache.shape[0] % hkv or k_cache.shape[2] != dim or k_cache.stride() != v_cache.stride():
+            raise ValueError("batched caches must be [slots * kv_heads, max_positions, head_dim] with equal strides")
+        if slots.shape != (t,) or start_pos.shape != (t,):
+            raise ValueError(f"slots and start_pos must both be [T] = [{t}] (one sequence per row)")
+        if slots.dtype not in (torch.int32, torch.int64):
+            raise ValueError("slots must be int32 or int64")
+        if k_cache.dtype == torch.int8 and k_scale is not None and v_scale is not None and (
+                k_scale.shape != k_cache.shape[:2] or v_scale.shape != k_cache.shape[:2]):
+            raise ValueError("batched int8 scales must be [slots * kv_heads, max_positions] like the caches")
+    elif k_cache.shape[0] != hkv or k_cache.shape[2] != dim or k_cache.stride() != v_cache.stride():
         raise ValueError("caches must be [kv_heads, max_positions, head_dim] with equal strides")
     rot = cos.shape[-1]
     if rot % 2 or rot > dim or cos.stride() != sin.stride():
@@ -117,9 +143,10 @@ def qk_norm_rope_kv_write(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_n
         q, q.stride(0), q.stride(1), k, k.stride(0), k.stride(1), v, v.stride(0), v.stride(1),
         q_norm_weight, k_norm_weight, cos, sin, cos.stride(0), start_pos,
         k_cache, v_cache, k_cache.stride(0), k_cache.stride(1), ks, vs, ks.stride(0) if int8 else 0,
-        q_out, q_out.stride(0), q_out.stride(1),
+        q_out, q_out.stride(0), q_out.stride(1), slots,
         hq, dim, rot, float(eps), float(weight_offset),
-        BLOCK_D=triton.next_power_of_2(dim), QWEN3=weight_offset == 0.0, INT8=int8, num_warps=1 if dim <= 128 else 2,
+        BLOCK_D=triton.next_power_of_2(dim), QWEN3=weight_offset == 0.0, INT8=int8, ROWS=slots is not None,
+        num_warps=1 if dim <= 128 else 2,
         **pdl.launch_options(q.device),
     )
     return q_out
