@@ -62,7 +62,7 @@ from app.chat_view import RETURN_PRESSES, ChatView, MessageWidget, PromptEdit
 from app.core import documents
 from app.core.history import PARTIAL, HistoryStore, StreamingMessageSaver
 from app.core.local_server import LocalServer, LocalServerError
-from app.core.remote import parse_remote_ref, remote_ref
+from app.core.remote import COUNT_UPPER_BOUND, parse_remote_ref, remote_ref
 from app.core.settings_model import AppSettings, generation_settings, model_key
 from app.errors import UserError, document_error_text, error_text, readable_error
 from app.gauges import GaugePanel, format_seconds
@@ -160,6 +160,7 @@ class MainWindow(QMainWindow):
         self._summary_new_conversation = False  # the chat was made for this summary
         self._tasks: list[Job] = []
         self._grounded_question = ""  # the question of the reply being answered from documents
+        self._counting_noticed = False  # the loaded remote's "cannot count tokens" line was shown
         self.drop_menu: QMenu | None = None  # the "ask or summarize?" menu while it is open
         self.passage_dialog: Any = None  # the last citation's passage dialog
         self.bases_dialog: Any = None  # the chat's knowledge-base chooser while open
@@ -784,11 +785,24 @@ class MainWindow(QMainWindow):
             self.load_model(self.settings.last_model)  # the remote model in use when the app last closed
         self.remoteModelsListed.emit(name)
 
-    def _remote_documents_error(self) -> None:
-        """Answers from documents and summaries fit passages to the context by the engine's own token
-        count, which an OpenAI-compatible remote does not offer."""
-        self.show_error(self.tr("Questions about documents and summaries need a local model: a remote server "
-                                "cannot count tokens for the app."))
+    def _remote_documents_blocked(self) -> bool:
+        """Answers from documents and summaries fit text into the model's context: a remote model whose server
+        does not report its context length cannot have them (said here; True = blocked)."""
+        if not self.model_info.get("remote") or int(self.model_info.get("context_length") or 0) > 0:
+            return False
+        self.show_error(self.tr("%1 does not report its context length; questions about documents and summaries "
+                                "need it to fit the text. Serve the model with Ternary Chat, vLLM or llama-server, "
+                                "or use a local model.").replace("%1", str(self.model_info.get("remote_name"))))
+        return True
+
+    def _counting_notice(self) -> str:
+        """The first time documents are fitted on a remote that cannot count tokens (only bound them by
+        bytes, :func:`app.core.remote.byte_upper_bound`): the line that says so; "" afterwards."""
+        if self._counting_noticed or self.model_info.get("token_counting") != COUNT_UPPER_BOUND:
+            return ""
+        self._counting_noticed = True
+        return (self.tr("%1 cannot count tokens; passages are fitted by a safe upper bound.")
+                .replace("%1", str(self.model_info.get("remote_name"))))
 
     # ------------------------------------------------------------------ local API server
     def sync_server(self) -> None:
@@ -890,6 +904,7 @@ class MainWindow(QMainWindow):
         self.loading = False
         self._load_cancel = None
         self.model_info = info
+        self._counting_noticed = False
         self.load_bar.setVisible(False)
         ctx = info.get("context_length", 0)
         if info.get("remote"):
@@ -1045,8 +1060,7 @@ class MainWindow(QMainWindow):
         messages = self._history_messages()
         base_ids = self.knowledge.base_ids(self.conversation_id) if self.knowledge is not None else []
         if base_ids and messages and messages[-1]["role"] == "user":
-            if self.model_info.get("remote"):
-                self._remote_documents_error()
+            if self._remote_documents_blocked():
                 return
             self._start_grounded(messages, base_ids)
             return
@@ -1105,6 +1119,7 @@ class MainWindow(QMainWindow):
             widget.set_status(self.tr("generating…"))
         # the budget's notes are codes with numbers: worded in the interface's language
         note = self.knowledge.budget_note_text(prompt) if self.knowledge is not None else prompt.note
+        note = "\n".join(line for line in (self._counting_notice(), note) if line)
         if note:
             self.show_notice(note)
 
@@ -1345,8 +1360,7 @@ class MainWindow(QMainWindow):
         if not self.model_info:
             self.show_error(self.tr("Load a model first (Models… or the model picker)."))
             return
-        if self.model_info.get("remote"):
-            self._remote_documents_error()
+        if self._remote_documents_blocked():
             return
         if self.generating or self._summary_cancel is not None:
             self.show_error(self.tr("Wait for the current reply to finish (or press Esc)."))
@@ -1381,6 +1395,9 @@ class MainWindow(QMainWindow):
         dlg.show()
         self._summary_dialog = dlg
         self.status_label.setText(self.tr("Summarizing %1…").replace("%1", doc.name))
+        counting = self._counting_notice()
+        if counting:
+            self.show_notice(counting)
         # answer_tokens 0: each part's answer budget comes from the context (app.core.summarize.answer_budget),
         # never from the chat's "Max new tokens" (3000 on a 4,096-token context made 36 parts, not 11).
         self.host.requestSummarize.emit(self._summary_request, doc.text, doc.name,

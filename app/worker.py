@@ -239,7 +239,9 @@ class EngineWorker(QObject):
         first_sent = False  # the first piece goes out at once: the live first-token gauge must not wait
         done: DoneEvent | None = None
         try:
-            self.tokenCount.emit(request_id, int(self.engine.count_tokens(messages, settings)))
+            # a remote reports the prompt's tokens in its usage at the end; counting first would cost a round trip
+            if not getattr(self.engine, "remote", False):
+                self.tokenCount.emit(request_id, int(self.engine.count_tokens(messages, settings)))
         except TernaryError:
             raise
         except Exception as exc:  # noqa: BLE001 - counting is only for the gauge
@@ -275,7 +277,7 @@ class EngineWorker(QObject):
             return
         try:
             hits = retrieve()  # type: ignore[operator]
-            context = int(as_dict(getattr(self.engine, "info", None)).get("context_length") or 0)
+            context = self._document_context()
             with self.engine_turn(request_id, cancel):
                 prompt = build_grounded_prompt(
                     list(conversation), question, hits,  # type: ignore[call-overload]
@@ -291,6 +293,13 @@ class EngineWorker(QObject):
             return
         self.grounded.emit(request_id, prompt)
         self.generate(request_id, prompt.messages, settings, cancel, started_at)
+
+    def _document_context(self) -> int:
+        """The context that passages and summary parts are fitted into; a remote that does not report its
+        context length raises :class:`app.core.remote.RemoteError` (saying so) instead of fitting into 0."""
+        if getattr(self.engine, "remote", False):
+            return int(self.engine.require_context())
+        return int(as_dict(getattr(self.engine, "info", None)).get("context_length") or 0)
 
     # -- summarization -------------------------------------------------------------------------
     @Slot(int, str, str, object, object, int)
@@ -332,6 +341,7 @@ class EngineWorker(QObject):
             self._emit_memory()
 
         try:
+            self._document_context()
             with self.engine_turn(request_id, cancel):
                 summarizer = Summarizer(self.engine, settings, answer_tokens=answer_tokens or None)
                 result = summarizer.summarize(text, name=name, progress=progress, cancel=cancel, on_step=on_step,

@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from runtime.answer import Answer, peak_memory_bytes
-from runtime.capture_stream import warmup_stream
 from runtime.errors import ContextOverflowError, TernaryError, UnsupportedModelError
 from runtime.generation import CancelToken, GenerationEvent, GenerationSettings, GenerationStats
+from runtime.gpu_decode import capture_graph
 from runtime.kv_cache import KVCache
 from runtime.sampling import SamplingPlan, TokenSampler, token_logprobs
 
@@ -446,30 +446,9 @@ class BatchDecoder:
 
     # -- graphs
     def _capture(self, body: Any, state: tuple[torch.Tensor, ...] = ()) -> torch.cuda.CUDAGraph:
-        """Capture ``body`` (warm-up runs first on the side stream); ``state`` is restored after each run, and
-        the random generator too, so capturing changes nothing a request can see."""
-        saved = [t.clone() for t in state]
-        rng = torch.cuda.get_rng_state(self.device)
-
-        def restore() -> None:
-            for dst, src in zip(state, saved, strict=True):
-                dst.copy_(src)
-
-        side = warmup_stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
-                body()
-                restore()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        torch.cuda.set_rng_state(rng, self.device)
-        graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool):
-            body()
-        restore()
-        return graph
+        return capture_graph(body, state, self.device, self._pool)
 
 
 def _head_rows(step: Any) -> int:

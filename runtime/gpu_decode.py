@@ -19,7 +19,7 @@ On a CPU (or with ``use_graph=False``) the same step runs eagerly, which is what
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -85,29 +85,9 @@ class GraphDecoder:
         return self.tok, self.pos, self.sampler.seen, self.sampler.counts
 
     def _capture(self) -> torch.cuda.CUDAGraph:
-        saved = [t.clone() for t in self._state()]
-        # Warm-up draws random numbers too; restore the generator afterwards so the first generation
-        # (which captures) and later ones with the same seed consume the same Philox offsets.
-        rng_state = torch.cuda.get_rng_state(self.device)
-        side = warmup_stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):  # warm-up: JIT/autotune/cuBLAS handles, outside the graph
-            for _ in range(self.warmup):
-                for dst, src in zip(self._state(), saved, strict=True):
-                    dst.copy_(src)
-                self._body()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        for dst, src in zip(self._state(), saved, strict=True):
-            dst.copy_(src)  # the step is idempotent for KV (same token, same position)
-        torch.cuda.set_rng_state(rng_state, self.device)
-        graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._body()
-        for dst, src in zip(self._state(), saved, strict=True):
-            dst.copy_(src)
-        return graph
+        return capture_graph(self._body, self._state(), self.device, self._pool, self.warmup)
 
     def _run_step(self) -> None:
         if not self.use_graph:
@@ -156,6 +136,36 @@ class GraphDecoder:
             if i > 0:
                 events[(i - 1) % 2].synchronize()
                 yield int(host[(position + i - 1) % 2])
+
+
+def capture_graph(body: Callable[[], object], state: tuple[torch.Tensor, ...], device: torch.device,
+                  pool: object, warmup: int = 2) -> torch.cuda.CUDAGraph:
+    """``body`` captured in a CUDA graph (memory from ``pool``), after ``warmup`` eager runs on the side stream
+    (JIT, autotuning, cuBLAS handles: outside the graph). ``state`` (the buffers the body advances: token,
+    position, penalty counts) is put back after every run, and so is the device's random generator, so a capture
+    changes nothing a generation can see: the first generation (which captures) and later ones with the same
+    seed consume the same Philox offsets. The body must be idempotent for the KV cache (same token, same
+    position)."""
+    saved = [t.clone() for t in state]
+    rng_state = torch.cuda.get_rng_state(device)
+
+    def restore() -> None:
+        for dst, src in zip(state, saved, strict=True):
+            dst.copy_(src)
+
+    side = warmup_stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            body()
+            restore()
+    torch.cuda.current_stream(device).wait_stream(side)
+    torch.cuda.set_rng_state(rng_state, device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        body()
+    restore()
+    return graph
 
 
 def enforce_max_vram(max_vram: int, device: torch.device | str = "cuda", context_bytes: int | None = None) -> float:

@@ -682,7 +682,9 @@ ZH: dict[str, str] = {
     "The model runs on the remote server; its memory is the remote's and OpenAI-compatible servers do not report it.": '模型运行在远程服务器上；内存是远程服务器的，OpenAI 兼容服务器不会报告它。',
     '(remote: %1)': '（远程：%1）',
     'Could not list the models of the remote %1: %2': '无法列出远程 %1 的模型：%2',
-    'Questions about documents and summaries need a local model: a remote server cannot count tokens for the app.': '文档问答和摘要需要本地模型：远程服务器无法为应用计算词元数。',
+    '%1 does not report its context length; questions about documents and summaries need it to fit the text. Serve the model with Ternary Chat, vLLM or llama-server, or use a local model.':
+        '%1 未报告其上下文长度；文档问答和摘要需要它来安排文本。请用 Ternary Chat、vLLM 或 llama-server 提供该模型，或使用本地模型。',
+    '%1 cannot count tokens; passages are fitted by a safe upper bound.': '%1 无法计算词元数；段落按安全的上限估算放入。',
     'The local server did not start: %1': '本地服务器未能启动：%1',
     'Local API server at %1': '本地 API 服务器位于 %1',
     'Waiting for an API request to finish…': '正在等待一个 API 请求完成…',

@@ -9,11 +9,18 @@ chat path. Qt-free: the HTTP and SSE handling is tested against a loopback serve
 A remote model is addressed in the app by a reference string ``remote:<name>#<model id>`` (see
 :func:`remote_ref`); the remote's base URL lives in the settings, its key in the keyring
 (:mod:`app.core.secrets`).
+
+Answers from documents and summaries fit text into the model's context by the model's own token
+count, so :class:`RemoteEngine` learns the remote's context length (``/v1/models``, else
+llama-server's ``/props``) and counts tokens through the remote's tokenizer: vLLM's and Ternary
+Chat's ``POST /tokenize``, else llama-server's ``/apply-template`` + ``/tokenize``, else an upper
+bound from the UTF-8 bytes (see :func:`byte_upper_bound`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import threading
 import time
@@ -28,13 +35,98 @@ from runtime.errors import TernaryError
 from runtime.generation import CancelToken, DoneEvent, GenerationStats, TextEvent
 from runtime.hub.tokens import Secret, redact
 
+log = logging.getLogger(__name__)
+
 REF_PREFIX = "remote:"
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0  # longest silence between two stream chunks (a big prompt's prefill on a slow remote)
 
 
+# How RemoteEngine.count_tokens counts (RemoteEngine.info["token_counting"])
+COUNT_EXACT = "exact"
+COUNT_UPPER_BOUND = "upper bound (bytes)"
+# An upper bound's allowance for chat markup: per message (role tokens, start/end markers) and once per prompt
+# (the generation prompt, empty thinking tags, a default system prompt some templates add: Qwen2.5's, Llama 3.1's)
+BOUND_PER_MESSAGE = 8
+BOUND_PER_PROMPT = 64
+BOUND_PER_TEXT = 2  # the special tokens (BOS/EOS) a plain text may get: they have no bytes of their own
+COUNT_PIECE_CHARS = 200_000  # a longer text is counted in pieces (cut after a line break): the body limit
+_ABSENT = (404, 405, 501)  # "no such endpoint"
+_COUNT_CACHE = 2048
+
+
 class RemoteError(TernaryError):
-    """A remote endpoint could not be used; the message says what happened and what to check."""
+    """A remote endpoint could not be used; the message says what happened and what to check.
+    ``status``: the HTTP status when the server answered with an error, else None."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Absent(Exception):
+    """Internal: the remote has no such endpoint (or answers it in another format)."""
+
+
+def byte_upper_bound(messages_or_text: Any) -> int:
+    """An upper bound of the tokens of a text or a chat prompt, without the model's tokenizer.
+
+    Every BPE token (byte-level BPE, SentencePiece with byte fallback) covers at least one byte of
+    UTF-8 text, so a text has at most as many tokens as bytes, plus the special tokens added around it
+    (:data:`BOUND_PER_TEXT`: BOS, SentencePiece's leading space). Messages add :data:`BOUND_PER_MESSAGE`
+    per message for the chat markup and :data:`BOUND_PER_PROMPT` once for what the template adds (the
+    one part that is an allowance, not a proof: a template with a longer built-in system prompt could
+    exceed it). Real counts are usually 3-4x lower for English, so text fitted by this bound fits, in
+    fewer passages or more parts than the exact count would allow.
+    """
+    if isinstance(messages_or_text, str):
+        return len(messages_or_text.encode("utf-8")) + BOUND_PER_TEXT
+    total = BOUND_PER_PROMPT
+    for m in messages_or_text:
+        total += BOUND_PER_MESSAGE + len(str(m.get("role", "")).encode("utf-8"))
+        total += len(str(m.get("content") or "").encode("utf-8"))
+    return total
+
+
+def _positive_int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def context_of_entry(entry: dict[str, Any]) -> int:
+    """A ``/v1/models`` entry's context length: ``meta.context_length`` (Ternary Chat), ``max_model_len``
+    (vLLM), ``context_length`` / ``context_window`` (others); 0 when it has none."""
+    meta = entry.get("meta")
+    candidates = [meta.get("context_length") if isinstance(meta, dict) else None,
+                  entry.get("max_model_len"), entry.get("context_length"), entry.get("context_window")]
+    for value in candidates:
+        if _positive_int(value):
+            return int(value)
+    return 0
+
+
+def _pieces(text: str, size: int | None = None) -> list[str]:
+    """``text`` in consecutive pieces of at most ``size`` (:data:`COUNT_PIECE_CHARS`) characters, each cut after
+    a line break where there is one (a token rarely spans a line break, so the counts add up)."""
+    size = size or COUNT_PIECE_CHARS
+    out, start = [], 0
+    while len(text) - start > size:
+        cut = text.rfind("\n", start, start + size)
+        end = cut + 1 if cut > start else start + size
+        out.append(text[start:end])
+        start = end
+    out.append(text[start:])
+    return out
+
+
+class RemoteInfo(dict):
+    """The remote model's info: a dict (the worker's ``as_dict``) that also reads as attributes, like the
+    engine's ``ModelInfo`` (the summarizer reads ``engine.info.context_length``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
 
 @dataclass(frozen=True)
@@ -176,24 +268,47 @@ class RemoteClient:
             code = response.status_code
             if code in (401, 403):
                 raise RemoteError(f"{self.base_url} refused the API key (HTTP {code}): set the right key for this "
-                                  f"remote. Server said: {detail}")
+                                  f"remote. Server said: {detail}", code)
             if code == 404:
                 raise RemoteError(f"{self.base_url}{path} was not found (HTTP 404): the address may not be an "
-                                  f"OpenAI-compatible server, or the model is not served there. Server said: {detail}")
+                                  f"OpenAI-compatible server, or the model is not served there. Server said: {detail}",
+                                  code)
             if code in (429, 503):
-                raise RemoteError(f"{self.base_url} is busy (HTTP {code}); try again in a moment. Server said: {detail}")
-            raise RemoteError(f"{self.base_url} answered HTTP {code}: {detail}")
+                raise RemoteError(f"{self.base_url} is busy (HTTP {code}); try again in a moment. Server said: {detail}",
+                                  code)
+            raise RemoteError(f"{self.base_url} answered HTTP {code}: {detail}", code)
         return response
+
+    def get_json(self, path: str) -> Any:
+        """``GET path`` -> its JSON body. Raises :class:`RemoteError` (also for a body that is not JSON)."""
+        return self._json(self._request("GET", path), path)
+
+    def post_json(self, path: str, body: dict[str, Any]) -> Any:
+        """``POST path`` with a JSON body -> the answer's JSON body."""
+        return self._json(self._request("POST", path, json=body), path)
+
+    def _json(self, response: requests.Response, path: str) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise RemoteError(f"{self.base_url}{path} did not answer with JSON.") from None
+        finally:
+            response.close()
+
+    def model_entries(self) -> list[dict[str, Any]]:
+        """The entries of ``GET /v1/models`` (each with an ``id``; vLLM's carry ``max_model_len``, Ternary
+        Chat's ``meta.context_length``), in the server's order."""
+        body = self.get_json("/v1/models")
+        try:
+            data = body.get("data")
+            entries = [dict(m, id=str(m["id"])) for m in data]
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise RemoteError(f"{self.base_url}/v1/models did not return an OpenAI model list.") from None
+        return entries
 
     def list_models(self) -> list[str]:
         """The ids of ``GET /v1/models``, in the server's order."""
-        response = self._request("GET", "/v1/models")
-        try:
-            data = response.json().get("data")
-            models = [str(m["id"]) for m in data]
-        except (ValueError, AttributeError, KeyError, TypeError):
-            raise RemoteError(f"{self.base_url}/v1/models did not return an OpenAI model list.") from None
-        return models
+        return [m["id"] for m in self.model_entries()]
 
     def stream_chat(self, model: str, messages: list[dict[str, str]], params: dict[str, Any],
                     cancel: CancelToken | None = None) -> Iterator[dict[str, Any]]:
@@ -268,22 +383,140 @@ class RemoteEngine:
         self.name = name
         self.model = model
         self.client = RemoteClient(base_url, api_key, read_timeout=read_timeout)
-        self.info = {"name": model, "device": self.client.base_url, "backend": "remote", "remote": True,
-                     "remote_name": name, "context_length": 0}
+        # context_length 0 = not reported (learned by check()); token_counting is set once a way to count worked
+        self.info = RemoteInfo(name=model, device=self.client.base_url, backend="remote", remote=True,
+                               remote_name=name, context_length=0)
+        self._methods = ["tokenize", "llama", "bytes"]  # ways to count still possible, the first one in use
+        self._counts: dict[Any, int] = {}
 
     def check(self) -> None:
-        """Fail early (at "load") when the server is unreachable, refuses the key or lacks the model."""
-        models = self.client.list_models()
+        """Fail early (at "load") when the server is unreachable, refuses the key or lacks the model; learn the
+        context length and how tokens can be counted (neither fails the load: chatting needs neither)."""
+        entries = self.client.model_entries()
+        models = [m["id"] for m in entries]
         if self.model not in models:
             raise RemoteError(f"{self.client.base_url} does not serve {self.model!r}; it serves: "
                               f"{', '.join(models[:10]) or 'nothing'}.")
+        entry = entries[models.index(self.model)]
+        self.info["context_length"] = context_of_entry(entry) or self._props_context()
+        try:  # finds the way to count now (messages: the template endpoint too), so the app can say how it counts
+            self.count_tokens([{"role": "user", "content": "Hello"}])
+        except RemoteError as exc:
+            log.info("%s: token counting not decided yet: %s", self.client.base_url, exc)
+
+    def _props_context(self) -> int:
+        """llama-server's context per request: ``GET /props`` -> ``default_generation_settings.n_ctx``; else 0."""
+        try:
+            props = self.client.get_json("/props")
+        except RemoteError:
+            return 0
+        settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+        return _positive_int(settings.get("n_ctx")) if isinstance(settings, dict) else 0
+
+    def require_context(self) -> int:
+        """The context length, for fitting documents; raises :class:`RemoteError` when the remote does not report it."""
+        ctx = int(self.info.get("context_length") or 0)
+        if ctx < 1:
+            raise RemoteError(f"{self.name} does not report its context length; questions about documents and "
+                              "summaries need it to fit the text. Serve the model with Ternary Chat, vLLM or "
+                              "llama-server (they report it), or use a local model.")
+        return ctx
 
     def default_settings(self) -> dict[str, Any]:
         return {}  # the remote decides its own defaults
 
-    def count_tokens(self, messages: Any, settings: Any = None) -> int:
-        # not a TernaryError: the worker treats this as "no count for the gauge", not as a failed reply
-        raise NotImplementedError("a remote model counts its prompt itself (reported in the usage at the end)")
+    @property
+    def token_counting(self) -> str | None:
+        """:data:`COUNT_EXACT`, :data:`COUNT_UPPER_BOUND`, or None before the first count."""
+        return self.info.get("token_counting")
+
+    def count_tokens(self, messages_or_text: Any, settings: Any = None) -> int:
+        """Prompt tokens of ``messages`` (after the remote's chat template, generation prompt included, as a chat
+        request renders them) or of a text, by the remote's own tokenizer: ``POST /tokenize`` (vLLM, Ternary Chat),
+        else llama-server's ``/apply-template`` + ``/tokenize``, else :func:`byte_upper_bound`. The first way that
+        works is kept for this engine (``info["token_counting"]`` says whether it is exact). A text longer than
+        :data:`COUNT_PIECE_CHARS` is counted in pieces. Raises :class:`RemoteError` when the remote fails."""
+        is_text = isinstance(messages_or_text, str)
+        if is_text:
+            key: Any = ("text", messages_or_text)
+        else:
+            messages_or_text = [{"role": m["role"], "content": m.get("content") or ""} for m in messages_or_text]
+            key = ("chat", json.dumps(messages_or_text, ensure_ascii=False),
+                   json.dumps(self._template_fields(settings), sort_keys=True))
+        if key in self._counts:
+            return self._counts[key]
+        if is_text and len(messages_or_text) > COUNT_PIECE_CHARS and self._methods[0] != "bytes":
+            n = sum(self.count_tokens(piece) for piece in _pieces(messages_or_text))
+        else:
+            n = self._count(messages_or_text, settings)
+        if len(self._counts) >= _COUNT_CACHE:
+            self._counts.clear()
+        self._counts[key] = n
+        return n
+
+    def _count(self, what: Any, settings: Any) -> int:
+        while True:
+            method = self._methods[0]
+            try:
+                if method == "tokenize":
+                    n = self._count_tokenize(what, settings)
+                elif method == "llama":
+                    n = self._count_llama(what, settings)
+                else:
+                    n = byte_upper_bound(what)
+            except _Absent:
+                self._methods.pop(0)  # never tried again for this engine
+                continue
+            how = COUNT_UPPER_BOUND if method == "bytes" else COUNT_EXACT
+            if self.info.get("token_counting") != how:  # once exact, it changes only if a later endpoint is missing
+                self.info["token_counting"] = how
+                log.info("%s counts tokens by %s (%s)", self.client.base_url, method, how)
+            return n
+
+    @staticmethod
+    def _template_fields(settings: Any) -> dict[str, Any]:
+        """What of the settings reaches the chat template (sent with a count as :func:`sampling_params` sends it)."""
+        out: dict[str, Any] = {}
+        if settings is not None and getattr(settings, "enable_thinking", None) is not None:
+            out["chat_template_kwargs"] = {"enable_thinking": bool(settings.enable_thinking)}
+        if settings is not None and getattr(settings, "reasoning_effort", None):
+            out["reasoning_effort"] = settings.reasoning_effort
+        return out
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        try:
+            return self.client.post_json(path, body)
+        except RemoteError as exc:
+            if exc.status in _ABSENT:
+                raise _Absent from None
+            raise
+
+    def _count_tokenize(self, what: Any, settings: Any) -> int:
+        """vLLM's (and ``ternary serve``'s) ``POST /tokenize`` -> ``count``."""
+        body: dict[str, Any] = {"model": self.model}
+        if isinstance(what, str):
+            body["prompt"] = what
+        else:
+            body.update(messages=what, add_generation_prompt=True, **self._template_fields(settings))
+        answer = self._post("/tokenize", body)
+        count = answer.get("count") if isinstance(answer, dict) else None
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise _Absent  # e.g. llama-server: its /tokenize wants "content" and answers {"tokens": []}
+        return count
+
+    def _count_llama(self, what: Any, settings: Any) -> int:
+        """llama-server: ``POST /apply-template`` renders the messages, ``POST /tokenize`` counts the text."""
+        text = what
+        if not isinstance(what, str):
+            rendered = self._post("/apply-template", {"messages": what, **self._template_fields(settings)})
+            text = rendered.get("prompt") if isinstance(rendered, dict) else None
+            if not isinstance(text, str):
+                raise _Absent
+        answer = self._post("/tokenize", {"content": text, "add_special": True})
+        tokens = answer.get("tokens") if isinstance(answer, dict) else None
+        if not isinstance(tokens, list):
+            raise _Absent
+        return len(tokens)
 
     def memory_stats(self) -> dict[str, Any]:
         return {"remote": True}

@@ -1120,10 +1120,6 @@
             <translation>无法列出远程 %1 的模型：%2</translation>
         </message>
         <message>
-            <source>Questions about documents and summaries need a local model: a remote server cannot count tokens for the app.</source>
-            <translation>文档问答和摘要需要本地模型：远程服务器无法为应用计算词元数。</translation>
-        </message>
-        <message>
             <source>The local server did not start: %1</source>
             <translation>本地服务器未能启动：%1</translation>
         </message>
@@ -1230,6 +1226,14 @@
         <message>
             <source>Ready</source>
             <translation>就绪</translation>
+        </message>
+        <message>
+            <source>%1 does not report its context length; questions about documents and summaries need it to fit the text. Serve the model with Ternary Chat, vLLM or llama-server, or use a local model.</source>
+            <translation>%1 未报告其上下文长度；文档问答和摘要需要它来安排文本。请用 Ternary Chat、vLLM 或 llama-server 提供该模型，或使用本地模型。</translation>
+        </message>
+        <message>
+            <source>%1 cannot count tokens; passages are fitted by a safe upper bound.</source>
+            <translation>%1 无法计算词元数；段落按安全的上限估算放入。</translation>
         </message>
         <message>
             <source>Error: %1</source>

@@ -35,6 +35,7 @@ def build_app(gw: Gateway) -> Starlette:
         Route("/v1/chat/completions", endpoint(gw, openai_api.chat_completions), methods=["POST"]),
         Route("/v1/completions", endpoint(gw, openai_api.completions), methods=["POST"]),
         Route("/v1/messages", endpoint(gw, anthropic_api.messages, anthropic=True), methods=["POST"]),
+        Route("/tokenize", endpoint(gw, openai_api.tokenize), methods=["POST"]),
     ]
     middleware = []
     if gw.config.cors_origins:

@@ -1,4 +1,5 @@
-"""OpenAI-compatible endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``.
+"""OpenAI-compatible endpoints: ``/v1/chat/completions``, ``/v1/completions``, ``/v1/models``, and vLLM's
+``/tokenize``.
 
 Request fields map onto :class:`~runtime.generation.GenerationSettings`; thinking goes to
 ``reasoning_content`` (as vLLM, DeepSeek and llama-server send it), Qwen3 ``<tool_call>`` blocks to
@@ -374,6 +375,44 @@ async def _completion_stream(gw: Gateway, job: Any, base: dict[str, Any], n_prom
     if include_usage:
         yield sse_event({**base, "choices": [], "usage": usage(done, n_prompt)})
     yield OPENAI_DONE
+
+
+async def tokenize(gw: Gateway, request: Request) -> Response:
+    """``POST /tokenize`` in vLLM's format: ``{"prompt": text}`` or ``{"messages": [...]}`` (rendered through the
+    chat template exactly as ``/v1/chat/completions`` renders them, generation prompt included) ->
+    ``{"count", "max_model_len", "tokens"}``. What a client needs to fit text into a request's context
+    (the app's answers from documents and summaries over a remote model). Runs no model and takes no queue
+    slot; a text longer than the context is counted, not refused. ``model`` is optional, as in vLLM."""
+    import anyio
+
+    body = await gw.read_json(request)
+    if body.get("model") is not None:
+        gw.check_model(body["model"])
+    prompt, raw_messages = body.get("prompt"), body.get("messages")
+    if (prompt is None) == (raw_messages is None):
+        raise APIError(400, "send either prompt (a string) or messages (an array)", param="prompt")
+    special = P.flag(body, "add_special_tokens")
+    engine = P.engine_of(gw.access)
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise APIError(400, "prompt must be a string", param="prompt")
+
+        def encode() -> list[int]:
+            if special is False:
+                return engine.tokenizer.encode(prompt, add_special_tokens=False)
+            return engine.encode_prompt(prompt)  # as /v1/completions encodes a text prompt
+    else:
+        messages = convert_messages(raw_messages)
+        tools = convert_tools(body)
+        settings = settings_from(body, 1)  # only chat_template_kwargs / reasoning_effort reach the template
+        if P.flag(body, "add_generation_prompt") is False or P.flag(body, "continue_final_message") or special:
+            raise APIError(400, "messages are counted as a chat request renders them: add_generation_prompt "
+                                "true, continue_final_message and add_special_tokens false", param="messages")
+
+        def encode() -> list[int]:
+            return P.encode_chat(engine, messages, settings, tools)
+    ids = await anyio.to_thread.run_sync(encode)
+    return JSONResponse({"count": len(ids), "max_model_len": engine.request_context, "tokens": ids})
 
 
 async def models(gw: Gateway, request: Request) -> Response:

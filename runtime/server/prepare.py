@@ -102,15 +102,21 @@ def json_constraint(engine: Any, schema: dict[str, Any] | None) -> Any:
         raise APIError(400, f"response_format: {exc}", param="response_format") from None
 
 
-def prepare_chat(engine: Any, messages: list[dict[str, Any]], settings: GenerationSettings,
-                 tools: list[dict[str, Any]] | None, logprobs: int | None, constraint: Any) -> Prepared:
-    """Render ``messages`` (and ``tools``) with the model's template (``Engine.encode_prompt``: reads only the
-    template and the tokenizer, so no lock is needed); check the prompt fits."""
+def encode_chat(engine: Any, messages: list[dict[str, Any]], settings: GenerationSettings | None,
+                tools: list[dict[str, Any]] | None) -> list[int]:
+    """The prompt ids of ``messages`` (and ``tools``) through the model's template, generation prompt added
+    (``Engine.encode_prompt``: reads only the template and the tokenizer, so no lock is needed). Shared by the
+    chat endpoints and ``/tokenize``, so a count is the prompt a chat request would run."""
     try:
-        ids = engine.encode_prompt(messages, settings, tools=tools or None)  # exactly as Engine.generate renders
+        return engine.encode_prompt(messages, settings, tools=tools or None)  # exactly as Engine.generate renders
     except ChatTemplateError as exc:
         raise APIError(400, f"the messages could not be rendered: {exc}", param="messages") from None
-    return _checked(engine, ids, settings, logprobs, constraint)
+
+
+def prepare_chat(engine: Any, messages: list[dict[str, Any]], settings: GenerationSettings,
+                 tools: list[dict[str, Any]] | None, logprobs: int | None, constraint: Any) -> Prepared:
+    """Render ``messages`` (:func:`encode_chat`); check the prompt fits."""
+    return _checked(engine, encode_chat(engine, messages, settings, tools), settings, logprobs, constraint)
 
 
 def prepare_text(engine: Any, prompt: str | list[int], settings: GenerationSettings, logprobs: int | None) -> Prepared:

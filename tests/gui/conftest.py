@@ -47,6 +47,14 @@ def tiny_model_path(tmp_path_factory) -> str:
     return str(folder)
 
 
+@pytest.fixture(scope="session")
+def kb_model_path(tmp_path_factory) -> str:
+    """The tiny test model with room for passages (4,096 positions instead of 512)."""
+    from tests.model_factory import tiny_model_files
+
+    return str(tiny_model_files(tmp_path_factory.mktemp("kb-model"), max_position_embeddings=4096)[3])
+
+
 def settings_for(model_path: str, **sampling) -> AppSettings:
     """Settings that load the tiny model on the CPU with the given sampling overrides."""
     from app.main_window import model_key

@@ -21,14 +21,6 @@ from tests.gui.conftest import window_maker
 ANSWER = "The harbour gate code is PELICAN-42 and it changes every spring."
 
 
-@pytest.fixture(scope="session")
-def kb_model_path(tmp_path_factory) -> str:
-    """The tiny test model with room for passages (4,096 positions instead of 512)."""
-    from tests.model_factory import tiny_model_files
-
-    return str(tiny_model_files(tmp_path_factory.mktemp("kb-model"), max_position_embeddings=4096)[3])
-
-
 @pytest.fixture
 def kb_window(qtbot, kb_model_path):
     with window_maker(qtbot, kb_model_path, 6) as make:

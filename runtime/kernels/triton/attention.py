@@ -50,10 +50,21 @@ def _split_keys(L, sp, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr, MIN_PER:
 
 
 @triton.jit
-def _prefetch_kv_l2(kbase, vbase, sc_s, len_ptr, D, NUM_SPLITS: tl.constexpr, BLOCK_D: tl.constexpr,
-                    BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr, TILES: tl.constexpr, LEN_OFFSET: tl.constexpr):
+def _prefetch_kv_l2(kc_ptr, vc_ptr, sc_h, sc_s, len_ptr, slot_ptr, D, NUM_SPLITS: tl.constexpr,
+                    BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, MIN_PER: tl.constexpr, TILES: tl.constexpr,
+                    LEN_OFFSET: tl.constexpr, ROWS: tl.constexpr, HKV: tl.constexpr):
     """Prefetch into L2 the K/V lines of the first ``TILES`` tiles of this split (the kernel's own share of the
-    live length; read before the PDL wait, a length not yet final only prefetches other lines)."""
+    live length; read before the PDL wait, a length - or, batched, a slot - not yet final only prefetches other
+    lines)."""
+    hk = tl.program_id(0)
+    if ROWS:  # the kernel's cache head and length of this program's row
+        row = hk // HKV
+        ch = tl.load(slot_ptr + row).to(tl.int64) * HKV + (hk - row * HKV)
+        len_ptr += row
+    else:
+        ch = hk
+    kbase = kc_ptr + ch * sc_h
+    vbase = vc_ptr + ch * sc_h
     L = tl.load(len_ptr).to(tl.int32) + LEN_OFFSET
     per, s_begin, s_end = _split_keys(L, tl.program_id(1), NUM_SPLITS, BLOCK_S, MIN_PER)
     EPL: tl.constexpr = 1024 // kbase.dtype.element_ty.primitive_bitwidth  # elements per 128-byte line
@@ -82,15 +93,8 @@ def _decode_attn_kernel(
     hk = tl.program_id(0)
     sp = tl.program_id(1)
     if USE_GDC and PREFETCH_TILES > 0:  # launched early (PDL): this split's first K/V tiles into L2 meanwhile
-        if ROWS:  # slot and length read before the wait: they steer the prefetch (a hint) only
-            prow = hk // HKV
-            pch = tl.load(slot_ptr + prow).to(tl.int64) * HKV + (hk - prow * HKV)
-            plen = len_ptr + prow
-        else:
-            pch = hk
-            plen = len_ptr
-        _prefetch_kv_l2(kc_ptr + pch * sc_h, vc_ptr + pch * sc_h, sc_s, plen, D, NUM_SPLITS, BLOCK_D, BLOCK_S,
-                        MIN_PER, PREFETCH_TILES, LEN_OFFSET)
+        _prefetch_kv_l2(kc_ptr, vc_ptr, sc_h, sc_s, len_ptr, slot_ptr, D, NUM_SPLITS, BLOCK_D, BLOCK_S, MIN_PER,
+                        PREFETCH_TILES, LEN_OFFSET, ROWS, HKV)
     gdc_wait(USE_GDC)
     if ROWS:
         row = hk // HKV
