@@ -220,8 +220,8 @@ class BatchDecoder:
     # ------------------------------------------------------------------ the driver thread
 
     def _drive(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.set_device(self.device)
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)  # the thread's current device: where its graphs replay
         with torch.inference_mode():
             while True:
                 with self._cond:

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             try:
                 batch = engine.enable_batching(args.max_batch, args.ctx)
             except UnsupportedModelError as exc:
-                print(f"note: {exc}; serving one request at a time", file=sys.stderr, flush=True)
+                print(f"note: {exc}", file=sys.stderr, flush=True)
             else:
                 assert batch is not None
                 scheduling = f"up to {batch.max_batch} requests at once, {batch.context} tokens of context each"
