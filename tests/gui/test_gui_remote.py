@@ -43,20 +43,9 @@ def served(tiny_model_path):
 
 
 def test_gui_chats_stops_and_regenerates_through_a_remote(qtbot, served):
-    from app.main_window import MainWindow
-
-    settings = AppSettings()
-    settings.remotes = {"box": served.url}
-    set_key(remote_key_name("box"), KEY)
     ref = remote_ref("box", "tiny")
-    settings.sampling[ref] = dataclasses.replace(settings.sampling_for(ref), max_new_tokens=8, seed=1)
-    w = MainWindow(settings=settings, autoload=False)
-    qtbot.addWidget(w)
-    w.show()
+    w = _remote_window(qtbot, served)  # the model listed from GET /v1/models, then loaded
     try:
-        qtbot.waitUntil(lambda: w.model_combo.findData(ref) >= 0, timeout=30_000)  # listed from GET /v1/models
-        with qtbot.waitSignal(w.modelLoaded, timeout=30_000):
-            w.load_model(ref)
         assert w.model_info["remote"] and "remote" in w.status_label.text()
         qtbot.waitUntil(lambda: w.gauges.vram_process_bar.format() == "remote: not reported", timeout=10_000)
 
