@@ -42,7 +42,7 @@ from runtime.errors import ContextOverflowError, TernaryError, UnsupportedModelE
 from runtime.generation import CancelToken, GenerationEvent, GenerationSettings, GenerationStats
 from runtime.gpu_decode import capture_graph
 from runtime.kv_cache import KVCache
-from runtime.sampling import SamplingPlan, TokenSampler, token_logprobs
+from runtime.sampling import SamplingPlan, TokenSampler, pick_token
 
 if TYPE_CHECKING:
     from runtime.engine import Engine
@@ -417,19 +417,9 @@ class BatchDecoder:
 
     # -- sampling
     def _sample_eager(self, r: int, req: _Request, logits: torch.Tensor) -> tuple[int, Any]:
-        """Row ``r``'s next token from ``logits`` on the host side (the engine's eager loop's ``pick``)."""
-        sampler, hooks = self.samplers[r], req.hooks
-        allowed = None
-        if hooks.constraint is not None:
-            allowed = hooks.constraint.allowed_tokens()
-            if not bool(allowed.any()):
-                raise TernaryError("the output constraint allows no next token")
-        tok = sampler.sample(logits, allowed)
-        info = token_logprobs(logits[: self.model.vocab_size], tok, hooks.logprobs) \
-            if hooks.logprobs is not None else None
-        if hooks.constraint is not None and not self._ends(req, tok):
-            hooks.constraint.advance(tok)
-        return tok, info
+        """Row ``r``'s next token from ``logits`` on the host side, as the engine's eager loop picks it."""
+        eos = set() if req.settings.ignore_eos else self.engine.tokenizer.eos_token_ids
+        return pick_token(self.samplers[r], logits, req.hooks.constraint, req.hooks.logprobs, eos)
 
     def _sample_row(self, r: int) -> None:
         sampler = self.samplers[r]

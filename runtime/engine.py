@@ -46,7 +46,7 @@ from runtime.generation import (
 from runtime.kv_cache import default_kv_dtype, resolve_kv_dtype
 from runtime.model.base import StepFn
 from runtime.model.qwen3 import Qwen3Model
-from runtime.sampling import TokenSampler, token_logprobs
+from runtime.sampling import TokenSampler, pick_token
 from runtime.sampling_params import check as check_setting
 from runtime.sampling_params import validate_generation_settings
 from runtime.tokenizer import Tokenizer
@@ -580,19 +580,9 @@ class Engine:
         sampler = TokenSampler(self.model.vocab_size, self.device)
         sampler.configure(s, prompt_ids)
         eos = set() if s.ignore_eos else self.tokenizer.eos_token_ids
-        constraint = hooks.constraint
 
         def pick(row: torch.Tensor) -> int:
-            allowed = None
-            if constraint is not None:
-                allowed = constraint.allowed_tokens()
-                if not bool(allowed.any()):
-                    raise TernaryError("the output constraint allows no next token")
-            tok = sampler.sample(row, allowed)
-            if hooks.logprobs is not None:
-                hooks.last = token_logprobs(row[: self.model.vocab_size], tok, hooks.logprobs)
-            if constraint is not None and tok not in eos:
-                constraint.advance(tok)
+            tok, hooks.last = pick_token(sampler, row, hooks.constraint, hooks.logprobs, eos)
             return tok
 
         tok = pick(logits[-1])

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from runtime import flags
+from runtime.errors import TernaryError
 from runtime.generation import GenerationSettings
 from runtime.sampling_params import validate_generation_settings
 
@@ -258,6 +260,23 @@ class TokenSampler:
         nxt = self.next_token(logits)
         self.record(nxt)
         return int(nxt.item())
+
+
+def pick_token(sampler: TokenSampler, logits: torch.Tensor, constraint: Any, logprobs: int | None,
+               end_ids: set[int]) -> tuple[int, tuple[float, list[tuple[int, float]]] | None]:
+    """One host-side step of an answer that asked for logprobs or an output constraint (the engine's eager loop
+    and the batch's host-sampled rows): the token drawn from ``logits`` among the constraint's allowed ones, its
+    logprobs (``None`` unless asked), the constraint advanced unless the token is one of ``end_ids``."""
+    allowed = None
+    if constraint is not None:
+        allowed = constraint.allowed_tokens()
+        if not bool(allowed.any()):
+            raise TernaryError("the output constraint allows no next token")
+    tok = sampler.sample(logits, allowed)
+    info = token_logprobs(logits[: sampler.vocab_size], tok, logprobs) if logprobs is not None else None
+    if constraint is not None and tok not in end_ids:
+        constraint.advance(tok)
+    return tok, info
 
 
 class StopStringMatcher:
