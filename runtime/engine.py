@@ -44,7 +44,6 @@ from runtime.generation import (
     TokenEvent,
 )
 from runtime.kv_cache import default_kv_dtype, resolve_kv_dtype
-from runtime.model.base import StepFn
 from runtime.model.qwen3 import Qwen3Model
 from runtime.sampling import TokenSampler, pick_token
 from runtime.sampling_params import check as check_setting
@@ -54,6 +53,7 @@ from runtime.tokenizer import Tokenizer
 if TYPE_CHECKING:
     from runtime.batching import BatchDecoder
     from runtime.constrained import TokenConstraint
+    from runtime.kernels.cpu.decode_step import CpuStep
 
 
 PREFILL_CHUNK = 512  # tokens per prefill forward: bounds activation memory for long prompts
@@ -134,7 +134,7 @@ class Engine:
         self._notified_fallback = False
         self._pending_notices: list[str] = []  # said once, at the start of the next generation
         # runtime.kernels.cpu.decode_step's one-token step for this model and cache (built on first use)
-        self._cpu_step: StepFn | None = None
+        self._cpu_step: CpuStep | None = None
         self._cpu_step_built = False
         self._batch: BatchDecoder | None = None  # continuous batching (enable_batching), else one sequence
 
@@ -588,7 +588,7 @@ class Engine:
         tok = pick(logits[-1])
         yield tok
         pos = len(prompt_ids)
-        with _cpu_decode_threads(self.device):
+        with _cpu_kernel_threads(self.device, self.info.backend):
             for _ in range(further):
                 row = self._forward([tok], pos)[-1]
                 self._cached_tokens.append(tok)
@@ -596,9 +596,9 @@ class Engine:
                 tok = pick(row)
                 yield tok
 
-    def _cpu_decode_step(self) -> StepFn | None:
-        """``runtime.kernels.cpu.decode_step``'s one-token step for this model (the same K/V writes and
-        logits as ``model.forward``, faster), built once per model and cache; ``None``: use the forward."""
+    def _cpu_decode_step(self) -> CpuStep | None:
+        """``runtime.kernels.cpu.decode_step``'s step for this model: one token, or a prompt chunk through
+        ``.prompt`` (the same K/V writes and logits as ``model.forward``, faster), built once per model and cache; ``None``: use the forward."""
         if not self._cpu_step_built:
             self._cpu_step_built = True
             try:
@@ -644,8 +644,9 @@ class Engine:
 
         With CUDA graphs on (``graph_decode``) a prompt chunk goes through the model's shared
         :class:`runtime.prefill.GraphPrefill` (padded, graph-captured; it falls back to this eager
-        forward by itself for models it cannot capture and re-captures after ``setup_cache``). One token
-        on the CPU goes through ``runtime.kernels.cpu.decode_step`` when it supports the model.
+        forward by itself for models it cannot capture and re-captures after ``setup_cache``). On the CPU
+        one token or a prompt chunk goes through ``runtime.kernels.cpu.decode_step`` when it supports
+        the model.
         """
         dev = self.device
         if len(tokens) > 1 and self.graph_decode and dev.type == "cuda":
@@ -654,11 +655,15 @@ class Engine:
             return graph_prefill_runner(self.model, self._prefill_chunk())(tokens, start)
         ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long, device=dev)
-        if len(tokens) == 1 and dev.type == "cpu":
+        if dev.type == "cpu":
             step = self._cpu_decode_step()  # same K/V writes and logits, faster
-            if step is not None:
+            if step is not None and len(tokens) == 1:
                 return step(ids, pos).reshape(1, -1)
-        return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)
+            if step is not None:
+                with _cpu_kernel_threads(dev, self.info.backend):
+                    return step.prompt(ids, pos).reshape(1, -1)
+        with _cpu_kernel_threads(dev, self.info.backend):
+            return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)
 
     # ------------------------------------------------------------------ memory
 
@@ -707,19 +712,25 @@ class Engine:
 
 
 @contextlib.contextmanager
-def _cpu_decode_threads(dev: torch.device) -> Iterator[None]:
-    """CPU decode: torch's small ops (norms, RoPE, attention over one query, sampling) on one thread,
-    the ternary matmuls on all of torch's threads.
+def _cpu_kernel_threads(dev: torch.device, backend: str) -> Iterator[None]:
+    """CPU forward passes on the C kernels: torch's small ops (norms, RoPE, attention, SiLU, sampling)
+    on one thread, the ternary matmuls on all of torch's threads.
 
-    One token's small ops are microseconds each; on two threads every one of them ends at an
-    OpenMP barrier, and the idle thread spins on the core the matmul kernels need. Measured on the
-    2-core machine (1.7B shapes, a busy machine): decode 12.6-14.2 -> 20.3-21.6 tok/s. torch's
-    thread count is per calling thread under OpenMP, and restored when decoding ends."""
-    if dev.type != "cpu":
+    Every torch op ends at an OpenMP barrier, after which the idle OpenMP thread spins on the core
+    the matmul kernels need. Measured on the 2-core machine (1.7B shapes): decode 12.6-14.2 ->
+    20.3-21.6 tok/s (a busy machine); a 128-token prefill 66-83 -> 103-128 tok/s (quiet; the
+    prompt's SDPA and SiLU on one thread cost less than the stolen core). torch's thread count is
+    per calling thread under OpenMP, and restored at the end. Re-entrant (a prefill inside the
+    decode loop, after an out-of-memory retry, keeps the outer setting); a backend that is not the
+    C kernels (torch does its matmuls) keeps torch's threads."""
+    if dev.type != "cpu" or not backend.startswith("cpu_ternary"):
         yield
         return
     from runtime.kernels.cpu import ternary as cpu_ternary
 
+    if cpu_ternary.kernel_threads_set():
+        yield
+        return
     n = torch.get_num_threads()
     cpu_ternary.set_kernel_threads(n)
     torch.set_num_threads(1)

@@ -120,7 +120,7 @@ def candidates(scaled: torch.Tensor, params: torch.Tensor,
     if keep is None:
         return probs, idx
     if idx is not None:
-        keep[0] = True  # the best token always stays (HF's min_tokens_to_keep=1)
+        keep[:1].fill_(True)  # the best token always stays (HF's min_tokens_to_keep=1); a fill, graph-safe
     return torch.where(keep, probs, torch.zeros_like(probs)), idx
 
 

@@ -124,3 +124,64 @@ def test_step_declines_what_it_cannot_run() -> None:
     model.layers[1].o_proj = torch.nn.Linear(256, 256)  # not the C kernel
     assert cpu_decode_step(model) is None
     assert cpu_decode_step(torch.nn.Linear(2, 2)) is None
+
+
+def _clear_cache(model: Qwen3Model) -> None:
+    for t in (model.cache.k, model.cache.v, model.cache.k_scale, model.cache.v_scale):
+        if t is not None:
+            t.zero_()
+
+
+def _cache_state(model: Qwen3Model) -> list[torch.Tensor]:
+    return [t.clone() for t in (model.cache.k, model.cache.v, model.cache.k_scale, model.cache.v_scale)
+            if t is not None]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "llama"])
+@pytest.mark.parametrize("kv", [torch.float32, torch.float16, torch.int8])
+@pytest.mark.parametrize("activations", ["exact", "int8"])
+def test_prompt_chunks_equal_forward(arch: str, kv: torch.dtype, activations: str) -> None:
+    """Two prompt chunks through the C step (the second attends over the first's cached K/V) give the
+    last token's logits and the cache contents of model.forward, then decoding continues from them."""
+    model = _model(arch, kv, activations, tied=arch == "qwen3")
+    step = cpu_decode_step(model)
+    assert step is not None
+    toks = torch.randint(0, model.vocab_size, (P,), generator=torch.Generator().manual_seed(1))
+    cut, end = 7, 19  # chunks [0, 7) and [7, 19)
+    runs = []
+    for use_step in (False, True):
+        _clear_cache(model)
+        last = []
+        for a, b in ((0, cut), (cut, end)):
+            if use_step:
+                last.append(step.prompt(toks[a:b], torch.arange(a, b)))
+            else:
+                last.append(model.forward(toks[a:b], torch.arange(a, b), kv_len=b, last_only=True)[-1])
+        nxt = step(toks[end:end + 1], torch.tensor([end]))  # decode after either prefill
+        runs.append((last, _cache_state(model), nxt))
+    (ref_last, ref_cache, ref_next), (got_last, got_cache, got_next) = runs
+    exact = activations == "exact" and kv != torch.int8
+    tol = 1e-4 if exact else 2e-2  # int8: a requantised activation or a cached value one step away
+    for a, b in (*zip(ref_last, got_last, strict=True), (ref_next, got_next)):
+        assert a.shape == b.shape == (model.vocab_size,) and b.dtype == torch.float32
+        assert torch.allclose(a, b, rtol=tol, atol=tol * float(a.abs().max())), float((a - b).abs().max())
+        if exact:
+            assert int(a.argmax()) == int(b.argmax())
+    # cached values: fp32 rounding apart, one next to a rounding boundary of the cache dtype may land one
+    # step away (as in _run_both)
+    ctol = 2e-2 if not exact else max(tol, 2 * torch.finfo(kv).eps + 1e-5)
+    for a, b in zip(ref_cache, got_cache, strict=True):
+        assert bool(b[..., :end, :].abs().sum() > 0) if b.dim() == 4 else bool((b[..., :end] > 0).all())
+        assert torch.allclose(a.float(), b.float(), rtol=ctol, atol=ctol), float((a.float() - b.float()).abs().max())
+
+
+def test_prompt_checks_its_input() -> None:
+    model = _model("qwen3", torch.float16, "exact")
+    step = cpu_decode_step(model)
+    assert step is not None
+    with pytest.raises(IndexError, match="outside the KV cache"):
+        step.prompt(torch.tensor([1, 2, 3]), torch.arange(P - 2, P + 1))
+    with pytest.raises(ValueError, match="consecutive positions"):
+        step.prompt(torch.tensor([1, 2, 3]), torch.tensor([0, 1, 3]))
+    with pytest.raises(ValueError, match="one position per token"):
+        step.prompt(torch.tensor([1, 2, 3]), torch.arange(2))

@@ -1,5 +1,5 @@
 """The CPU engine's activation modes: int8 by default on SIMD kernels, exact one setting away, and
-what int8 costs against exact on a test model (KL, top-1); decode threads are restored."""
+what int8 costs against exact on a test model (KL, top-1); the thread split of CPU forwards."""
 
 from __future__ import annotations
 
@@ -63,3 +63,50 @@ def test_decode_restores_torch_threads(tiny_engine):
                                                                    ignore_eos=True)))
     assert isinstance(events[-1], DoneEvent) and events[-1].stats.generated_tokens == 6
     assert torch.get_num_threads() == before and cpu_ternary.kernel_threads() == before
+
+
+@pytest.fixture
+def two_torch_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_prefill_runs_torch_on_one_thread_and_the_kernels_on_all(tiny_engine, monkeypatch, two_torch_threads):
+    """A multi-token forward (the prompt) runs torch's ops on one thread while the C kernels keep
+    torch's thread count; both are restored after (an idle OpenMP thread spins on the kernels' core)."""
+    from runtime.kernels.cpu.decode_step import CpuStep
+
+    model = tiny_engine.model
+    seen: list[tuple[int, int, int]] = []
+
+    def recording(real):
+        def run(self, ids, *args, **kwargs):
+            seen.append((ids.numel(), torch.get_num_threads(), cpu_ternary.kernel_threads()))
+            return real(self, ids, *args, **kwargs)
+        return run
+
+    # the prompt goes through the C step's prompt path where the model allows it, else model.forward
+    monkeypatch.setattr(type(model), "forward", recording(type(model).forward))
+    monkeypatch.setattr(CpuStep, "prompt", recording(CpuStep.prompt))
+    tiny_engine.reset()
+    list(tiny_engine.generate("hello there", GenerationSettings(temperature=0.0, max_new_tokens=2,
+                                                                ignore_eos=True)))
+    prompt_calls = [s for s in seen if s[0] > 1]
+    assert prompt_calls and all(t == 1 and k == 2 for _, t, k in prompt_calls)
+    assert torch.get_num_threads() == 2 and not cpu_ternary.kernel_threads_set()
+
+
+def test_kernel_thread_context_is_reentrant_and_only_for_the_c_kernels(two_torch_threads):
+    from runtime.engine import _cpu_kernel_threads
+
+    cpu = torch.device("cpu")
+    with _cpu_kernel_threads(cpu, "cpu_ternary[c,exact]"):
+        assert (torch.get_num_threads(), cpu_ternary.kernel_threads()) == (1, 2)
+        with _cpu_kernel_threads(cpu, "cpu_ternary[c,exact]"):  # inner: keeps the outer counts
+            assert (torch.get_num_threads(), cpu_ternary.kernel_threads()) == (1, 2)
+        assert (torch.get_num_threads(), cpu_ternary.kernel_threads()) == (1, 2)
+    assert torch.get_num_threads() == 2 and not cpu_ternary.kernel_threads_set()
+    with _cpu_kernel_threads(cpu, "cpu_int4"):  # torch does these matmuls: it keeps its threads
+        assert torch.get_num_threads() == 2

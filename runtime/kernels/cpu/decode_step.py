@@ -1,4 +1,5 @@
-"""One CPU decode token of a dense Qwen3 / Llama model in a single C call (``ternary_decode.h``).
+"""One CPU decode token of a dense Qwen3 / Llama model in a single C call (``ternary_decode.h``); a
+prompt chunk through the same C layers (:meth:`CpuStep.prompt`).
 
 Why: on the CPU a decoded token of the 1.7B ran ~400 small torch ops (norms, RoPE, attention, SiLU,
 residuals, the module tree) around its mat-vecs, and dispatching them cost about as much as the
@@ -15,7 +16,6 @@ non-CPU-kernel matrices, offloaded layers, GPU tensors, non-fp32 activations); t
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
 
 import torch
 
@@ -66,7 +66,7 @@ def _f32(t: object, numel: int) -> bool:
         and t.numel() == numel
 
 
-class _Step:
+class CpuStep:
     """The per-model state of the C step: the structs (rebuilt when the cache or RoPE tables move)."""
 
     def __init__(self, model: torch.nn.Module, lib: ctypes.CDLL) -> None:
@@ -143,10 +143,31 @@ class _Step:
         self.lib.ds_layers(self.cm_ref, self.x.data_ptr(), self.out.data_ptr(), pos, kernel_threads())
         return self.model.lm_head(self.out).reshape(-1).to(torch.float32)
 
+    def prompt(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """A prompt chunk: every token through every layer in C (``ds_prompt``), K/V into the cache;
+        the logits of the LAST token ``[V]`` (what a prefill needs; the others are never computed)."""
+        t = tokens.numel()
+        if t < 1 or positions.numel() != t:
+            raise ValueError(f"the CPU prompt step takes one position per token, got {t} tokens and "
+                             f"{positions.numel()} positions")
+        if self.bind() is None:
+            raise RuntimeError("the model's KV cache or RoPE tables changed to a layout the CPU decode step "
+                               "cannot run")
+        pos = int(positions.reshape(-1)[0])
+        if not torch.equal(positions.reshape(-1).cpu(), torch.arange(pos, pos + t)):
+            raise ValueError("the CPU prompt step takes consecutive positions")
+        if pos < 0 or pos + t > self.model.cache.max_positions:
+            raise IndexError(f"positions {pos}..{pos + t - 1} are outside the KV cache "
+                             f"(0..{self.model.cache.max_positions - 1})")
+        x = self.model.embed(tokens.reshape(t), torch.float32).reshape(t, -1).contiguous()
+        if self.lib.ds_prompt(self.cm_ref, x.data_ptr(), self.out.data_ptr(), pos, t, kernel_threads()) != 0:
+            raise MemoryError(f"not enough memory for a {t}-token prompt chunk on the CPU")
+        return self.model.lm_head(self.out).reshape(-1).to(torch.float32)
 
-def cpu_decode_step(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None:
-    """A function ``(tokens [1] long, positions [1] long) -> logits [V] fp32`` that runs one decode
-    token of ``model`` in C and writes its K/V into ``model.cache`` as ``model.forward`` would; None
+
+def cpu_decode_step(model: torch.nn.Module) -> CpuStep | None:
+    """A :class:`CpuStep`: called as ``(tokens [1] long, positions [1] long) -> logits [V] fp32`` it runs
+    one decode token of ``model`` in C (``.prompt`` runs a prompt chunk) and writes its K/V into ``model.cache`` as ``model.forward`` would; None
     when the model is not a dense Qwen3 / Llama on the CPU whose matrices all use the C kernel."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "arch", None) not in _ARCHES or getattr(config, "hadamard", None):
@@ -172,7 +193,7 @@ def cpu_decode_step(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Ten
         mods = [b.o_proj, b.down_proj, *b.qkv.parts, *b.gate_up.parts, b.qkv.fused, b.gate_up.fused]
         if any(isinstance(x, CpuTernaryLinear) and x._lib is not lib for x in mods):
             return None
-    step = _Step(model, lib)
+    step = CpuStep(model, lib)
     if step.bind() is None:
         return None
     return step

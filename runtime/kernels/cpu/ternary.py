@@ -131,8 +131,10 @@ def _cache_dir() -> Path:
     env = flags.value("TERNARY_KERNEL_CACHE")
     if env:
         return Path(env)
-    import platformdirs
-
+    try:
+        import platformdirs
+    except ImportError:  # the runtime alone (no app dependencies installed)
+        return Path.home() / ".cache" / "ternary-chat" / "kernels"
     return Path(platformdirs.user_cache_dir("ternary-chat")) / "kernels"
 
 
@@ -202,6 +204,8 @@ def load_variant(name: str) -> ctypes.CDLL:
         lib.ternary_mm_q8.restype = None
         lib.ds_layers.argtypes = [p, p, p, i64, ctypes.c_int]  # the fused decode step (decode_step.py)
         lib.ds_layers.restype = None
+        lib.ds_prompt.argtypes = [p, p, p, i64, i64, ctypes.c_int]  # a prompt chunk through the same step
+        lib.ds_prompt.restype = ctypes.c_int
         lib.ds_scratch_floats.argtypes = [i64] * 6
         lib.ds_scratch_floats.restype = i64
         lib.kernel_isa.restype = ctypes.c_int
@@ -272,6 +276,11 @@ def set_kernel_threads(n: int) -> None:
 
 def kernel_threads() -> int:
     return _kernel_threads or torch.get_num_threads()
+
+
+def kernel_threads_set() -> bool:
+    """True while :func:`set_kernel_threads` holds a count of its own (not torch's)."""
+    return _kernel_threads != 0
 
 
 def set_default_activations(mode: str | None) -> None:

@@ -16,6 +16,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__aarch64__)
@@ -51,6 +52,7 @@ typedef struct {
 
 TC_EXPORT int64_t ds_scratch_floats(int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t I, int64_t P);
 TC_EXPORT void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthreads);
+TC_EXPORT int ds_prompt(const ds_model *m, float *x, float *out, int64_t pos, int64_t T, int nthreads);
 
 /* ------------------------------------------------------------------ fp32 -> fp16 / bf16, round to nearest even */
 static inline uint16_t ds_f2h(float f) {
@@ -177,6 +179,37 @@ static inline void ds_rope(float *x, const float *c, const float *s, int64_t D) 
     memcpy(x, t, (size_t)D * 4);
 }
 
+/* exp(x) in plain fp32 arithmetic, so loops over it vectorise (libm's expf does not without fast-math):
+   Cody-Waite range reduction and a degree-6 polynomial, within 2 ulp of exp over [-87, 88] (clamped
+   outside: silu needs no more) */
+static inline float ds_exp(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shifter = 12582912.0f;  /* 1.5 * 2^23: adding it rounds x / ln 2 to an integer n */
+    const float t = x * 1.44269504088896341f + shifter;
+    const float n = t - shifter;
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t ti;
+    memcpy(&ti, &t, 4);
+    const int32_t e = (ti - 0x4B400000 + 127) * (1 << 23);  /* the bits of 2^n */
+    float sc;
+    memcpy(&sc, &e, 4);
+    return p * sc;
+}
+
+/* out[i] = silu(g[i]) * u[i] (the MLP's activation) */
+static inline void ds_silu_mul(const float *g, const float *u, float *out, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = g[i] / (1.0f + ds_exp(-g[i])) * u[i];
+}
+
 /* ------------------------------------------------------------------ mat-vecs through the library's kernels */
 typedef struct {            /* the int8 activations of one vector (quantize_q8's outputs) */
     int8_t *q;
@@ -259,44 +292,50 @@ static void ds_matvecs(const ds_lin *const *ls, float *const *ys, int n, const f
 }
 
 /* ------------------------------------------------------------------ attention, one query head per job item */
+/* softmax attention of one query head over cached positions [0, n) of its KV head g: out [D] */
+static void ds_attend(const ds_model *m, const ds_layer *l, const float *q, float *out, float *sc, int64_t g,
+                      int64_t n) {
+    const int64_t D = m->D, P = m->P;
+    const float scale = 1.0f / sqrtf((float)D);
+    float row[DS_MAX_HEAD_DIM];
+    float mx = -INFINITY;
+    for (int64_t t = 0; t < n; t++) {
+        ds_row_f32(l->kc, g * P + t, D, m->kv_dtype, l->ks, row);
+        sc[t] = ds_dot(q, row, D) * scale;
+        mx = sc[t] > mx ? sc[t] : mx;
+    }
+    float sum = 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        sc[t] = expf(sc[t] - mx);
+        sum += sc[t];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < D; i++) out[i] = 0.0f;
+    for (int64_t t = 0; t < n; t++) {
+        ds_row_f32(l->vc, g * P + t, D, m->kv_dtype, l->vs, row);
+        const float p = sc[t] * inv;
+        for (int64_t i = 0; i < D; i++) out[i] += p * row[i];
+    }
+}
+
 typedef struct {
     const ds_model *m;
     const ds_layer *l;
-    const float *q;   /* [H, D] after norm + RoPE */
-    float *out;       /* [H, D] */
+    const float *q;   /* [T, qstride]: row t holds the H heads (norm + RoPE applied) */
+    float *out;       /* [T, H * D] */
     float *scores;    /* [H, P] */
-    int64_t pos;
+    int64_t pos, T, qstride;  /* token t is at position pos + t and attends over [0, pos + t] */
 } ds_attn_args;
 
+/* query heads h0..h1 (one job item per head, every token of the chunk) */
 static void ds_attn_job(const void *ctx, int64_t h0, int64_t h1) {
     const ds_attn_args *a = (const ds_attn_args *)ctx;
     const ds_model *m = a->m;
-    const int64_t D = m->D, P = m->P, group = m->H / m->Hkv, n = a->pos + 1;
-    const float scale = 1.0f / sqrtf((float)D);
-    float row[DS_MAX_HEAD_DIM];
-    for (int64_t h = h0; h < h1; h++) {
-        const int64_t g = h / group;
-        const float *q = a->q + h * D;
-        float *sc = a->scores + h * P, *o = a->out + h * D;
-        float mx = -INFINITY;
-        for (int64_t t = 0; t < n; t++) {
-            ds_row_f32(a->l->kc, g * P + t, D, m->kv_dtype, a->l->ks, row);
-            sc[t] = ds_dot(q, row, D) * scale;
-            mx = sc[t] > mx ? sc[t] : mx;
-        }
-        float sum = 0.0f;
-        for (int64_t t = 0; t < n; t++) {
-            sc[t] = expf(sc[t] - mx);
-            sum += sc[t];
-        }
-        const float inv = 1.0f / sum;
-        for (int64_t i = 0; i < D; i++) o[i] = 0.0f;
-        for (int64_t t = 0; t < n; t++) {
-            ds_row_f32(a->l->vc, g * P + t, D, m->kv_dtype, a->l->vs, row);
-            const float p = sc[t] * inv;
-            for (int64_t i = 0; i < D; i++) o[i] += p * row[i];
-        }
-    }
+    const int64_t D = m->D, group = m->H / m->Hkv;
+    for (int64_t h = h0; h < h1; h++)
+        for (int64_t t = 0; t < a->T; t++)
+            ds_attend(m, a->l, a->q + t * a->qstride + h * D, a->out + t * m->H * D + h * D,
+                      a->scores + h * m->P, h / group, a->pos + t + 1);
 }
 
 typedef void (*ds_fn)(const void *ctx, int64_t i0, int64_t i1);
@@ -341,6 +380,22 @@ int64_t ds_scratch_floats(int64_t E, int64_t H, int64_t Hkv, int64_t D, int64_t 
     return ds_scratch_layout(E, H, Hkv, D, I, P).total;
 }
 
+/* one token's q/k heads at position p: q/k RMSNorm (Qwen3), RoPE, then its K/V rows into the cache */
+static void ds_qk_store(const ds_model *m, const ds_layer *l, float *qv, float *kv, const float *vv, int64_t p) {
+    const int64_t D = m->D, P = m->P;
+    const float *cs = m->cos + p * D, *sn = m->sin + p * D;
+    for (int64_t i = 0; i < m->H; i++) {
+        if (l->q_norm) ds_rms_norm(qv + i * D, l->q_norm, qv + i * D, D, m->eps);
+        ds_rope(qv + i * D, cs, sn, D);
+    }
+    for (int64_t i = 0; i < m->Hkv; i++) {
+        if (l->k_norm) ds_rms_norm(kv + i * D, l->k_norm, kv + i * D, D, m->eps);
+        ds_rope(kv + i * D, cs, sn, D);
+        ds_row_store(l->kc, i * P + p, D, m->kv_dtype, l->ks, kv + i * D);
+        ds_row_store(l->vc, i * P + p, D, m->kv_dtype, l->vs, vv + i * D);
+    }
+}
+
 /* every layer for one token at pos: x [E] (the embedding) is updated in place, out [E] = final norm */
 void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthreads) {
     const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D, I = m->I, P = m->P;
@@ -352,7 +407,6 @@ void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthread
     qx.q = (int8_t *)(m->scratch + sl.q8);
     qx.d = (float *)(qx.q + widest);
     qx.qsum = (int32_t *)(qx.d + widest / TC_QBLOCK);
-    const float *cs = m->cos + pos * D, *sn = m->sin + pos * D;
     float *qv = qkv, *kv = qkv + H * D, *vv = qkv + H * D + Hkv * D;
     uint8_t *prep = (uint8_t *)(m->scratch + sl.prep);
 
@@ -365,17 +419,8 @@ void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthread
             float *ys[3] = {qv, kv, vv};
             ds_matvecs(ls, ys, 3, h, &qx, prep, nthreads);
         }
-        for (int64_t i = 0; i < H; i++) {
-            if (l->q_norm) ds_rms_norm(qv + i * D, l->q_norm, qv + i * D, D, m->eps);
-            ds_rope(qv + i * D, cs, sn, D);
-        }
-        for (int64_t i = 0; i < Hkv; i++) {
-            if (l->k_norm) ds_rms_norm(kv + i * D, l->k_norm, kv + i * D, D, m->eps);
-            ds_rope(kv + i * D, cs, sn, D);
-            ds_row_store(l->kc, i * P + pos, D, m->kv_dtype, l->ks, kv + i * D);
-            ds_row_store(l->vc, i * P + pos, D, m->kv_dtype, l->vs, vv + i * D);
-        }
-        const ds_attn_args aa = {m, l, qv, att, scores, pos};
+        ds_qk_store(m, l, qv, kv, vv, pos);
+        const ds_attn_args aa = {m, l, qv, att, scores, pos, 1, H * D};
         ds_parallel(ds_attn_job, &aa, H, nthreads);
         {
             const ds_lin *ls[1] = {&l->o};
@@ -390,10 +435,7 @@ void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthread
             float *ys[2] = {gu, gu + I};
             ds_matvecs(ls, ys, 2, h, &qx, prep, nthreads);
         }
-        for (int64_t i = 0; i < I; i++) {
-            const float g = gu[i];
-            act[i] = g / (1.0f + expf(-g)) * gu[I + i];
-        }
+        ds_silu_mul(gu, gu + I, act, I);
         {
             const ds_lin *ls[1] = {&l->down};
             float *ys[1] = {h};
@@ -402,6 +444,130 @@ void ds_layers(const ds_model *m, float *x, float *out, int64_t pos, int nthread
         for (int64_t i = 0; i < E; i++) x[i] += h[i];
     }
     ds_rms_norm(x, m->final_norm, out, E, m->eps);
+}
+
+/* ------------------------------------------------------------------ a prompt chunk: T tokens at once */
+/* ls[j] (N = 0: absent) times the same input x [T, K] into the columns of y [T, ldy], in order */
+static void ds_matmuls(const ds_lin *const *ls, int n, const float *x, int64_t T, float *y, int64_t ldy,
+                       const ds_q8 *qx, int nthreads) {
+    int any8 = 0;
+    for (int j = 0; j < n; j++) any8 |= ls[j]->N && ls[j]->int8;
+    if (any8) quantize_q8(x, T, ls[0]->K, qx->q, qx->d, qx->qsum);
+    int64_t col = 0;
+    for (int j = 0; j < n; j++) {
+        const ds_lin *l = ls[j];
+        if (l->N == 0) continue;
+        if (l->int8)
+            ternary_mm_q8(qx->q, qx->d, qx->qsum, l->words, l->scales, y + col, T, l->N, l->K, l->G, ldy, nthreads);
+        else
+            ternary_mm(x, l->words, l->scales, y + col, T, l->N, l->K, l->G, ldy, nthreads);
+        col += l->N;
+    }
+}
+
+enum { DS_IN_NORM, DS_QK, DS_ADD_POST_NORM, DS_SILU, DS_ADD };
+
+typedef struct {  /* one per-token stage of a layer over tokens [t0, t1) */
+    const ds_model *m;
+    const ds_layer *l;
+    float *x, *h, *qkv, *gu, *act;
+    int64_t pos, W, stage;
+} ds_rows_args;
+
+static void ds_rows_job(const void *ctx, int64_t t0, int64_t t1) {
+    const ds_rows_args *a = (const ds_rows_args *)ctx;
+    const ds_model *m = a->m;
+    const ds_layer *l = a->l;
+    const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D, I = m->I;
+    for (int64_t t = t0; t < t1; t++) {
+        float *x = a->x + t * E, *h = a->h + t * E;
+        switch (a->stage) {
+        case DS_IN_NORM:
+            ds_rms_norm(x, l->in_norm, h, E, m->eps);
+            break;
+        case DS_QK: {
+            float *qv = a->qkv + t * a->W, *kv = qv + H * D;
+            ds_qk_store(m, l, qv, kv, kv + Hkv * D, a->pos + t);
+            break;
+        }
+        case DS_ADD_POST_NORM:
+            for (int64_t i = 0; i < E; i++) x[i] += h[i];
+            ds_rms_norm(x, l->post_norm, h, E, m->eps);
+            break;
+        case DS_SILU:
+            ds_silu_mul(a->gu + t * 2 * I, a->gu + t * 2 * I + I, a->act + t * I, I);
+            break;
+        default:  /* DS_ADD */
+            for (int64_t i = 0; i < E; i++) x[i] += h[i];
+            break;
+        }
+    }
+}
+
+/* Every layer for T tokens at positions pos..pos+T-1 (a prompt chunk): x [T, E] (their embeddings) is
+   updated in place, their K/V go into the cache, out [E] = the final norm of the LAST token (the only
+   logits a prompt needs). Why: the same chunk through model.forward spends a quarter of its time in
+   ~20 torch ops per layer (norms, RoPE, SDPA, SiLU), single-threaded so that OpenMP does not spin on the
+   matmuls' core; here they run on the kernels' pool, and the matmuls are the model's own calls
+   (ternary_mm_q8 / ternary_mm over T rows). Returns 0, or -1 when its buffers cannot be allocated
+   (nothing has been written then). */
+int ds_prompt(const ds_model *m, float *x, float *out, int64_t pos, int64_t T, int nthreads) {
+    const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D, I = m->I, P = m->P;
+    const int64_t W = H * D + 2 * Hkv * D;
+    int64_t widest = E > H * D ? E : H * D;
+    widest = widest > I ? widest : I;
+    if (T <= 0) return 0;
+    /* bytes of each part, rounded to 64 */
+#define DS_R64(n) (((n) + 63) / 64 * 64)
+    const int64_t b_h = DS_R64(T * E * 4), b_qkv = DS_R64(T * W * 4), b_att = DS_R64(T * H * D * 4);
+    const int64_t b_gu = DS_R64(T * 2 * I * 4), b_act = DS_R64(T * I * 4), b_sc = DS_R64(H * P * 4);
+    const int64_t b_q = DS_R64(T * widest), b_d = DS_R64(T * (widest / TC_QBLOCK) * 4);
+#undef DS_R64
+    uint8_t *buf = (uint8_t *)aligned_alloc(64, (size_t)(b_h + b_qkv + b_att + b_gu + b_act + b_sc + b_q + 2 * b_d));
+    if (!buf) return -1;
+    float *h = (float *)buf, *qkv = (float *)(buf + b_h), *att = (float *)(buf + b_h + b_qkv);
+    float *gu = (float *)(buf + b_h + b_qkv + b_att), *act = (float *)(buf + b_h + b_qkv + b_att + b_gu);
+    float *scores = (float *)(buf + b_h + b_qkv + b_att + b_gu + b_act);
+    ds_q8 qx;
+    qx.q = (int8_t *)(buf + b_h + b_qkv + b_att + b_gu + b_act + b_sc);
+    qx.d = (float *)((uint8_t *)qx.q + b_q);
+    qx.qsum = (int32_t *)((uint8_t *)qx.d + b_d);
+    ds_rows_args ra = {m, NULL, x, h, qkv, gu, act, pos, W, 0};
+    for (int64_t li = 0; li < m->n_layers; li++) {
+        const ds_layer *l = &m->layers[li];
+        ra.l = l;
+        ra.stage = DS_IN_NORM;
+        ds_parallel(ds_rows_job, &ra, T, nthreads);
+        {
+            const ds_lin *ls[3] = {&l->q, &l->k, &l->v};
+            ds_matmuls(ls, 3, h, T, qkv, W, &qx, nthreads);
+        }
+        ra.stage = DS_QK;
+        ds_parallel(ds_rows_job, &ra, T, nthreads);
+        const ds_attn_args aa = {m, l, qkv, att, scores, pos, T, W};
+        ds_parallel(ds_attn_job, &aa, H, nthreads);
+        {
+            const ds_lin *ls[1] = {&l->o};
+            ds_matmuls(ls, 1, att, T, h, E, &qx, nthreads);
+        }
+        ra.stage = DS_ADD_POST_NORM;
+        ds_parallel(ds_rows_job, &ra, T, nthreads);
+        {
+            const ds_lin *ls[2] = {&l->gate, &l->up};
+            ds_matmuls(ls, 2, h, T, gu, 2 * I, &qx, nthreads);
+        }
+        ra.stage = DS_SILU;
+        ds_parallel(ds_rows_job, &ra, T, nthreads);
+        {
+            const ds_lin *ls[1] = {&l->down};
+            ds_matmuls(ls, 1, act, T, h, E, &qx, nthreads);
+        }
+        ra.stage = DS_ADD;
+        ds_parallel(ds_rows_job, &ra, T, nthreads);
+    }
+    ds_rms_norm(x + (T - 1) * E, m->final_norm, out, E, m->eps);
+    free(buf);
+    return 0;
 }
 
 #endif /* TERNARY_DECODE_H */
