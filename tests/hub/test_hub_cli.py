@@ -14,6 +14,7 @@ from pathlib import Path
 from hub_fake_server import tiny_gguf
 
 from runtime.cli import main
+from tests.ctrl_c import popen_interruptible
 
 REPO = "prism-ml/Tiny-Bonsai-gguf"
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +98,7 @@ def test_ctrl_c_cancels_cleanly_and_the_next_run_resumes(hub, tmp_path):
                NO_PROXY="127.0.0.1,localhost")
     cmd = [sys.executable, "-m", "runtime", "download", f"{REPO}:big.gguf", "--source", "hf", "--endpoint", hub.url,
            "--home", str(home), "--no-convert"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = popen_interruptible(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     partial_dir = home / "data" / "partial"
     deadline = time.monotonic() + 30
     while not any(p.stat().st_size >= 90_000 for p in partial_dir.glob("*.part")) if partial_dir.exists() else True:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from runtime.cli import main
 from tests import model_factory as mf
+from tests.ctrl_c import popen_interruptible
 from tests.server.conftest import raw
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +34,7 @@ def test_serve_a_folder_then_stop_with_ctrl_c(tmp_path):
     cfg = mf.tiny_qwen3_config()
     folder = mf.write_hf_folder(mf.make_ternary_hf_model(cfg, seed=3), mf.tiny_tokenizer(), tmp_path / "tiny")
     env = {**os.environ, "TERNARY_SERVE_KEY": "k1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "runtime", "serve", str(folder), "--port", "0", "--device", "cpu",
+    proc = popen_interruptible([sys.executable, "-m", "runtime", "serve", str(folder), "--port", "0", "--device", "cpu",
                              "--ctx", "256", "--api-key-env", "TERNARY_SERVE_KEY", "--model-id", "tiny"],
                             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:
