@@ -205,8 +205,30 @@ def test_gui_summary_streams_each_part_and_shows_the_time_left(qtbot, make_windo
     assert all("step 0 of" not in label or label.endswith("Estimating the time left…") for label in seen["labels"])
 
 
+def _paced(engine, seconds: float = 0.01) -> list[int]:
+    """Every event of ``engine.generate`` ``seconds`` apart, so each summary part streams for longer than the
+    gauge's 50 ms before it shows a live rate (on a fast machine a tiny model's part can take less)."""
+    import functools
+    import time
+
+    real = engine.generate
+    calls: list[int] = []
+
+    @functools.wraps(real)  # the worker reads generate's signature
+    def generate(*args, **kwargs):
+        calls.append(1)
+        for event in real(*args, **kwargs):
+            time.sleep(seconds)
+            yield event
+
+    engine.generate = generate
+    return calls
+
+
 def test_gui_summary_feeds_the_speed_gauge_and_chart(qtbot, make_window, tmp_path):
     w = make_window()
+    qtbot.waitUntil(lambda: w.worker.engine is not None, timeout=60_000)
+    paced = _paced(w.worker.engine)
     live = []
     pieces_received = w.gauges.pieces_received
 
@@ -224,6 +246,7 @@ def test_gui_summary_feeds_the_speed_gauge_and_chart(qtbot, make_window, tmp_pat
     chart = w.gauges.chart
     assert len(chart.points) == min(seen["chart_before"] + seen["steps"], chart.points.maxlen)
     assert all(p.tok_s > 0 for p in chart.points) and "tok/s" in w.gauges.speed_label.text()
+    assert len(paced) == seen["steps"]  # every part went through the paced engine
 
 
 def test_gui_enter_in_the_summary_dialog_does_not_cancel(qtbot, make_window, tmp_path):
