@@ -598,7 +598,8 @@ class Engine:
 
     def _cpu_decode_step(self) -> CpuStep | None:
         """``runtime.kernels.cpu.decode_step``'s step for this model: one token, or a prompt chunk through
-        ``.prompt`` (the same K/V writes and logits as ``model.forward``, faster), built once per model and cache; ``None``: use the forward."""
+        ``.prompt`` (the same K/V writes and logits as ``model.forward``, faster), built once per model and
+        cache; ``None``: use the forward."""
         if not self._cpu_step_built:
             self._cpu_step_built = True
             try:
@@ -655,14 +656,12 @@ class Engine:
             return graph_prefill_runner(self.model, self._prefill_chunk())(tokens, start)
         ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         pos = torch.arange(start, start + len(tokens), dtype=torch.long, device=dev)
-        if dev.type == "cpu":
-            step = self._cpu_decode_step()  # same K/V writes and logits, faster
-            if step is not None and len(tokens) == 1:
-                return step(ids, pos).reshape(1, -1)
-            if step is not None:
-                with _cpu_kernel_threads(dev, self.info.backend):
-                    return step.prompt(ids, pos).reshape(1, -1)
+        step = self._cpu_decode_step() if dev.type == "cpu" else None  # same K/V writes and logits, faster
+        if step is not None and len(tokens) == 1:
+            return step(ids, pos).reshape(1, -1)
         with _cpu_kernel_threads(dev, self.info.backend):
+            if step is not None:
+                return step.prompt(ids, pos).reshape(1, -1)
             return self.model(ids, pos, kv_len=start + len(tokens), last_only=True)
 
     # ------------------------------------------------------------------ memory

@@ -128,16 +128,25 @@ class CpuStep:
         self._bound = key
         return self.cm
 
+    def _first_position(self, positions: torch.Tensor) -> int:
+        """Bind (see :meth:`bind`) and check ``positions``: consecutive, inside the cache; the first one."""
+        if self.bind() is None:
+            raise RuntimeError("the model's KV cache or RoPE tables changed to a layout the CPU decode step "
+                               "cannot run")
+        flat = positions.reshape(-1).cpu()
+        pos, t, last = int(flat[0]), flat.numel(), self.model.cache.max_positions - 1
+        if t > 1 and not torch.equal(flat, torch.arange(pos, pos + t)):
+            raise ValueError("the CPU prompt step takes consecutive positions")
+        if pos < 0 or pos + t - 1 > last:
+            where = f"position {pos} is" if t == 1 else f"positions {pos}..{pos + t - 1} are"
+            raise IndexError(f"{where} outside the KV cache (0..{last})")
+        return pos
+
     def __call__(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if tokens.numel() != 1 or positions.numel() != 1:
             raise ValueError(f"the CPU decode step takes one token, got {tokens.numel()} tokens and "
                              f"{positions.numel()} positions")
-        if self.bind() is None:
-            raise RuntimeError("the model's KV cache or RoPE tables changed to a layout the CPU decode step "
-                               "cannot run")
-        pos = int(positions.reshape(-1)[0])
-        if not 0 <= pos < self.model.cache.max_positions:
-            raise IndexError(f"position {pos} is outside the KV cache (0..{self.model.cache.max_positions - 1})")
+        pos = self._first_position(positions)
         emb = self.model.embed(tokens.reshape(1), torch.float32)
         self.x.copy_(emb.reshape(1, -1))
         self.lib.ds_layers(self.cm_ref, self.x.data_ptr(), self.out.data_ptr(), pos, kernel_threads())
@@ -150,15 +159,7 @@ class CpuStep:
         if t < 1 or positions.numel() != t:
             raise ValueError(f"the CPU prompt step takes one position per token, got {t} tokens and "
                              f"{positions.numel()} positions")
-        if self.bind() is None:
-            raise RuntimeError("the model's KV cache or RoPE tables changed to a layout the CPU decode step "
-                               "cannot run")
-        pos = int(positions.reshape(-1)[0])
-        if not torch.equal(positions.reshape(-1).cpu(), torch.arange(pos, pos + t)):
-            raise ValueError("the CPU prompt step takes consecutive positions")
-        if pos < 0 or pos + t > self.model.cache.max_positions:
-            raise IndexError(f"positions {pos}..{pos + t - 1} are outside the KV cache "
-                             f"(0..{self.model.cache.max_positions - 1})")
+        pos = self._first_position(positions)
         x = self.model.embed(tokens.reshape(t), torch.float32).reshape(t, -1).contiguous()
         if self.lib.ds_prompt(self.cm_ref, x.data_ptr(), self.out.data_ptr(), pos, t, kernel_threads()) != 0:
             raise MemoryError(f"not enough memory for a {t}-token prompt chunk on the CPU")
@@ -167,7 +168,8 @@ class CpuStep:
 
 def cpu_decode_step(model: torch.nn.Module) -> CpuStep | None:
     """A :class:`CpuStep`: called as ``(tokens [1] long, positions [1] long) -> logits [V] fp32`` it runs
-    one decode token of ``model`` in C (``.prompt`` runs a prompt chunk) and writes its K/V into ``model.cache`` as ``model.forward`` would; None
+    one decode token of ``model`` in C (``.prompt`` runs a prompt chunk) and writes its K/V into
+    ``model.cache`` as ``model.forward`` would; None
     when the model is not a dense Qwen3 / Llama on the CPU whose matrices all use the C kernel."""
     config = getattr(model, "config", None)
     if config is None or getattr(config, "arch", None) not in _ARCHES or getattr(config, "hadamard", None):
