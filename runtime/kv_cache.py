@@ -16,6 +16,9 @@ torch path here and a decode step through the kernels share one cache.
 
 from __future__ import annotations
 
+import math
+import mmap
+
 import torch
 
 # Names accepted wherever a user picks the cache precision (CLI --kv-cache, GUI, Engine.load).
@@ -83,6 +86,21 @@ def dequantize_int8(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = t
     return (q.to(torch.float32) * scale.unsqueeze(-1)).to(dtype)
 
 
+def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero-filled buffer. On the CPU it lives in fresh anonymous pages (an ``mmap``, the kernel's zero
+    pages until written, transparent huge pages off), so a cache sized for the whole context adds to the
+    process's resident memory only as positions are written: 35 of the 56 MiB of a 1.7B's fp16 cache at
+    context 512 stay unused by a 128-token prompt and 64 answer tokens (``torch.zeros`` would write them all)."""
+    dev = torch.device(device)
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if dev.type != "cpu" or nbytes < mmap.PAGESIZE:
+        return torch.zeros(shape, dtype=dtype, device=dev)
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)  # anonymous, private: counted as RssAnon
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):  # one 2 MiB page per touched head would undo the saving
+        pages.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)
+
+
 class KVCache(torch.nn.Module):
     """Keys and values for every attention layer of one sequence (float or int8 + scales)."""
 
@@ -99,13 +117,13 @@ class KVCache(torch.nn.Module):
         self.quantized = dtype == torch.int8
         # Zeroed, not empty: a graph-captured step attends over all positions (masked), and
         # 0 * NaN from uninitialised memory would poison the masked-out part.
-        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("k", zeroed(shape, dtype, device), persistent=False)
+        self.register_buffer("v", zeroed(shape, dtype, device), persistent=False)
         # int8 only: fp32 scales [layers, kv_heads, max_positions] (the Triton kernels' layout);
         # None for float caches.
         sshape = (layers, kv_heads, max_positions)
         for name in ("k_scale", "v_scale"):
-            buf = torch.zeros(sshape, dtype=torch.float32, device=device) if self.quantized else None
+            buf = zeroed(sshape, torch.float32, device) if self.quantized else None
             self.register_buffer(name, buf, persistent=False)
 
     @property

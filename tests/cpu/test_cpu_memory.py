@@ -143,3 +143,40 @@ def test_default_kv_cache_on_the_cpu_is_fp16() -> None:
     assert default_kv_dtype("cuda", torch.bfloat16) == torch.bfloat16
     assert resolve_kv_dtype("auto", default_kv_dtype("cpu", torch.float32)) == torch.float16
     assert resolve_kv_dtype("fp32", default_kv_dtype("cpu", torch.float32)) == torch.float32
+
+
+_KV_PAGES = """
+import json
+import torch
+from runtime.kv_cache import KVCache
+
+def anon():
+    with open("/proc/self/status", encoding="ascii") as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("RssAnon:"))
+
+out = {}
+for name, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16), ("int8", torch.int8)):
+    before = anon()
+    cache = KVCache(4, 8, 2048, 128, dtype, "cpu")  # 16 MiB per buffer in fp16
+    made = anon()
+    cache.k[:, :, :256] = 1  # an eighth of the positions of every (layer, head)
+    written = anon() - made
+    zero = bool((cache.k[:, :, 256:] == 0).all()) and bool((cache.v == 0).all())  # (after: temporaries)
+    out[name] = {"alloc": made - before, "written": written, "k_bytes": cache.k.nbytes, "zero": zero,
+                 "scales_zero": cache.k_scale is None or bool((cache.k_scale == 0).all())}
+    del cache
+print(json.dumps(out))
+"""
+
+
+def test_cpu_kv_cache_costs_resident_memory_only_where_written() -> None:
+    """The CPU KV cache is sized for the whole context but lives in untouched zero pages: allocating it adds
+    almost no resident memory, writing an eighth of its positions adds about an eighth of a buffer, and it reads
+    as zeros (what ``torch.zeros`` gave) in every dtype, int8 scales included."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", _KV_PAGES], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name, r in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+        assert r["zero"] and r["scales_zero"], name
+        assert r["alloc"] < 2 * MIB, (name, r)  # torch.zeros would make both buffers resident at once
+        assert r["k_bytes"] / 8 - MIB <= r["written"] < r["k_bytes"] / 8 + 2 * MIB, (name, r)

@@ -465,12 +465,12 @@ static void ds_matmuls(const ds_lin *const *ls, int n, const float *x, int64_t T
     }
 }
 
-enum { DS_IN_NORM, DS_QK, DS_ADD_POST_NORM, DS_SILU, DS_ADD };
+enum { DS_IN_NORM, DS_QK, DS_ADD_POST_NORM, DS_ADD };
 
 typedef struct {  /* one per-token stage of a layer over tokens [t0, t1) */
     const ds_model *m;
     const ds_layer *l;
-    float *x, *h, *qkv, *gu, *act;
+    float *x, *h, *qkv;
     int64_t pos, W, stage;
 } ds_rows_args;
 
@@ -478,7 +478,7 @@ static void ds_rows_job(const void *ctx, int64_t t0, int64_t t1) {
     const ds_rows_args *a = (const ds_rows_args *)ctx;
     const ds_model *m = a->m;
     const ds_layer *l = a->l;
-    const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D, I = m->I;
+    const int64_t E = m->E, H = m->H, Hkv = m->Hkv, D = m->D;
     for (int64_t t = t0; t < t1; t++) {
         float *x = a->x + t * E, *h = a->h + t * E;
         switch (a->stage) {
@@ -494,13 +494,25 @@ static void ds_rows_job(const void *ctx, int64_t t0, int64_t t1) {
             for (int64_t i = 0; i < E; i++) x[i] += h[i];
             ds_rms_norm(x, l->post_norm, h, E, m->eps);
             break;
-        case DS_SILU:
-            ds_silu_mul(a->gu + t * 2 * I, a->gu + t * 2 * I + I, a->act + t * I, I);
-            break;
         default:  /* DS_ADD */
             for (int64_t i = 0; i < E; i++) x[i] += h[i];
             break;
         }
+    }
+}
+
+typedef struct {
+    float *gu;
+    int64_t I, first;
+} ds_silu_args;
+
+/* rows first + [i0, i1): SiLU(gate row t) * up row t of gu [T, 2I], written to gu + t*I (see ds_prompt) */
+static void ds_silu_job(const void *ctx, int64_t i0, int64_t i1) {
+    const ds_silu_args *a = (const ds_silu_args *)ctx;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = a->first + i;
+        float *g = a->gu + t * 2 * a->I;
+        ds_silu_mul(g, g + a->I, a->gu + t * a->I, a->I);
     }
 }
 
@@ -520,19 +532,19 @@ int ds_prompt(const ds_model *m, float *x, float *out, int64_t pos, int64_t T, i
     /* bytes of each part, rounded to 64 */
 #define DS_R64(n) (((n) + 63) / 64 * 64)
     const int64_t b_h = DS_R64(T * E * 4), b_qkv = DS_R64(T * W * 4), b_att = DS_R64(T * H * D * 4);
-    const int64_t b_gu = DS_R64(T * 2 * I * 4), b_act = DS_R64(T * I * 4), b_sc = DS_R64(H * P * 4);
+    const int64_t b_gu = DS_R64(T * 2 * I * 4), b_sc = DS_R64(H * P * 4);
     const int64_t b_q = DS_R64(T * widest), b_d = DS_R64(T * (widest / TC_QBLOCK) * 4);
 #undef DS_R64
-    uint8_t *buf = (uint8_t *)aligned_alloc(64, (size_t)(b_h + b_qkv + b_att + b_gu + b_act + b_sc + b_q + 2 * b_d));
+    uint8_t *buf = (uint8_t *)aligned_alloc(64, (size_t)(b_h + b_qkv + b_att + b_gu + b_sc + b_q + 2 * b_d));
     if (!buf) return -1;
     float *h = (float *)buf, *qkv = (float *)(buf + b_h), *att = (float *)(buf + b_h + b_qkv);
-    float *gu = (float *)(buf + b_h + b_qkv + b_att), *act = (float *)(buf + b_h + b_qkv + b_att + b_gu);
-    float *scores = (float *)(buf + b_h + b_qkv + b_att + b_gu + b_act);
+    float *gu = (float *)(buf + b_h + b_qkv + b_att);
+    float *scores = (float *)(buf + b_h + b_qkv + b_att + b_gu);
     ds_q8 qx;
-    qx.q = (int8_t *)(buf + b_h + b_qkv + b_att + b_gu + b_act + b_sc);
+    qx.q = (int8_t *)(buf + b_h + b_qkv + b_att + b_gu + b_sc);
     qx.d = (float *)((uint8_t *)qx.q + b_q);
     qx.qsum = (int32_t *)((uint8_t *)qx.d + b_d);
-    ds_rows_args ra = {m, NULL, x, h, qkv, gu, act, pos, W, 0};
+    ds_rows_args ra = {m, NULL, x, h, qkv, pos, W, 0};
     for (int64_t li = 0; li < m->n_layers; li++) {
         const ds_layer *l = &m->layers[li];
         ra.l = l;
@@ -556,11 +568,16 @@ int ds_prompt(const ds_model *m, float *x, float *out, int64_t pos, int64_t T, i
             const ds_lin *ls[2] = {&l->gate, &l->up};
             ds_matmuls(ls, 2, h, T, gu, 2 * I, &qx, nthreads);
         }
-        ra.stage = DS_SILU;
-        ds_parallel(ds_rows_job, &ra, T, nthreads);
+        /* SiLU(gate) * up: row t goes to gu + t*I, so gu's front is the down projection's contiguous input
+           and no second [T, I] buffer is held. Rows run in waves [a, 2a): a wave's outputs [aI, 2aI) end
+           where its own first input (row a at 2aI) begins and overwrite only rows of earlier waves. */
+        for (int64_t a = 0; a < T; a = a ? 2 * a : 1) {
+            const ds_silu_args sa = {gu, I, a};
+            ds_parallel(ds_silu_job, &sa, (a ? (2 * a < T ? 2 * a : T) : 1) - a, nthreads);
+        }
         {
             const ds_lin *ls[1] = {&l->down};
-            ds_matmuls(ls, 1, act, T, h, E, &qx, nthreads);
+            ds_matmuls(ls, 1, gu, T, h, E, &qx, nthreads);
         }
         ra.stage = DS_ADD;
         ds_parallel(ds_rows_job, &ra, T, nthreads);
