@@ -15,8 +15,10 @@ How it is laid out:
   which keeps the last prompt so a common prefix is not computed twice), one chunk per turn of the driver
   loop, so the running streams wait at most one chunk; then its keys and values are copied into its slot.
 * **Sampling.** Each row has its own :class:`~runtime.sampling.TokenSampler` (its settings, its penalty
-  state). Plain rows sample inside a small CUDA graph per (row, plan); rows that asked for logprobs or an
-  output constraint sample eagerly, as the engine's own eager loop does.
+  state, kept as row views of stacked ``seen``/``counts``/``params`` tensors). When every row is greedy (the
+  fused kernel; penalties allowed), one launch picks all rows' tokens (``DecoderSampler.greedy_rows``, a CUDA
+  graph per row count); otherwise plain rows sample inside a small CUDA graph per (row, plan), and rows that
+  asked for logprobs or an output constraint sample eagerly, as the engine's own eager loop does.
 * **One driver thread** owns all GPU work. Requests reach it through a queue and read their tokens from
   their own queue; what an answer is (stops, thinking, statistics) is :class:`runtime.answer.Answer`, the
   same as for a single sequence.
@@ -136,11 +138,22 @@ class BatchDecoder:
         self.slots = torch.full((max_batch,), self.scratch, dtype=torch.int32, device=dev)
         self.logits = torch.zeros(max_batch, _head_rows(step), dtype=model.dtype, device=dev)
         self.samplers = [TokenSampler(model.vocab_size, dev) for _ in range(max_batch)]
+        # the rows' penalty state and parameters stacked, each sampler's tensors a row view: one launch can
+        # then pick every greedy row's token (greedy_rows)
+        self.seen = torch.zeros(max_batch, model.vocab_size, dtype=torch.bool, device=dev)
+        self.counts = torch.zeros(max_batch, model.vocab_size, dtype=torch.int32, device=dev)
+        self.params = torch.stack([s.params for s in self.samplers])
+        for r, sampler in enumerate(self.samplers):
+            sampler.seen, sampler.counts, sampler.params = self.seen[r], self.counts[r], self.params[r]
+        self._rows_kernel = self.samplers[0].kernel  # fused sampling (CUDA): one greedy launch for all rows
+        if self._rows_kernel is not None:
+            self._rows_kernel.reserve_rows(max_batch)
         self.host = torch.zeros(2, max_batch, dtype=torch.long, pin_memory=dev.type == "cuda")
         self._events = [torch.cuda.Event() if dev.type == "cuda" else None for _ in range(2)]
         self.inflight: collections.deque[_Step] = collections.deque()
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self._sample_graphs: dict[tuple[int, SamplingPlan], torch.cuda.CUDAGraph] = {}
+        self._greedy_graphs: dict[int, torch.cuda.CUDAGraph] = {}  # rows -> all rows' greedy pick
         self._pool = None
         self.rows: list[_Request] = []
         self.free_slots = list(range(max_batch))
@@ -352,14 +365,18 @@ class BatchDecoder:
         else:
             self._model_step(bucket)
         infos: list[Any] = [None] * n
-        for r, req in enumerate(self.rows):
+        if self._all_greedy():
+            self._sample_greedy_rows(n)
+        else:
+            for r, req in enumerate(self.rows):
+                if req.eager:
+                    tok, infos[r] = self._sample_eager(r, req, self.logits[r])
+                    self.tok[r] = tok
+                    self.pos[r] += 1
+                else:
+                    self._sample_row(r)
+        for req in self.rows:
             req.launched += 1
-            if req.eager:
-                tok, infos[r] = self._sample_eager(r, req, self.logits[r])
-                self.tok[r] = tok
-                self.pos[r] += 1
-            else:
-                self._sample_row(r)
         k = self.steps % 2
         host = self.host[k, :n]
         host.copy_(self.tok[:n], non_blocking=True)
@@ -420,6 +437,25 @@ class BatchDecoder:
         """Row ``r``'s next token from ``logits`` on the host side, as the engine's eager loop picks it."""
         eos = set() if req.settings.ignore_eos else self.engine.tokenizer.eos_token_ids
         return pick_token(self.samplers[r], logits, req.hooks.constraint, req.hooks.logprobs, eos)
+
+    def _all_greedy(self) -> bool:
+        """Every row picks its token greedily in the fused kernel (no host-side sampling): one launch for all."""
+        return self._rows_kernel is not None and all(
+            not req.eager and self.samplers[r].writes_host for r, req in enumerate(self.rows))
+
+    def _sample_greedy_rows(self, n: int) -> None:
+        """Rows ``0..n-1``: ``tok`` = the argmax of each row's penalized logits, ``pos += 1``, the token recorded
+        in its ``seen``/``counts`` - as ``n`` :meth:`TokenSampler.step` calls, in one launch (one graph per n)."""
+        def body() -> None:
+            self._rows_kernel.greedy_rows(self.logits[:n], self.seen[:n], self.counts[:n], self.params[:n],
+                                          self.tok, self.pos)
+        if not self.use_graph:
+            body()
+            return
+        graph = self._greedy_graphs.get(n)
+        if graph is None:
+            graph = self._greedy_graphs[n] = self._capture(body, (self.tok, self.pos, self.seen, self.counts))
+        graph.replay()
 
     def _sample_row(self, r: int) -> None:
         sampler = self.samplers[r]

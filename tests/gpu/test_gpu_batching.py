@@ -56,12 +56,16 @@ def test_batched_fp32_equals_each_request_alone(md, n) -> None:
     engine = Engine.load(md, device="cuda", context_length=256, dtype=torch.float32)
     prompts = _prompts(n)
     lengths = [12 + 3 * i for i in range(n)]  # rows leave at different steps
-    jobs = [(p, GenerationSettings(**GREEDY, max_new_tokens=k)) for p, k in zip(prompts, lengths, strict=True)]
+    # every other greedy row with its own penalties (one launch picks all greedy rows, each with its parameters)
+    penalties = [dict(GREEDY), {**GREEDY, "repetition_penalty": 1.3, "presence_penalty": 0.2, "frequency_penalty": 0.1}]
+    jobs = [(p, GenerationSettings(**penalties[i % 2], max_new_tokens=k))
+            for i, (p, k) in enumerate(zip(prompts, lengths, strict=True))]
     want = [_alone(engine, p, s) for p, s in jobs]
     batch = engine.enable_batching(8, 128)
     assert batch is not None and batch.use_graph and batch.buckets == [1, 2, 4, 8]
     try:
         assert _together(engine, jobs) == want
+        assert batch._greedy_graphs and not batch._sample_graphs  # all-greedy steps: the one-launch pick
         sampled = GenerationSettings(temperature=0.8, top_k=40, seed=9, ignore_eos=True, max_new_tokens=10)
         outs = _together(engine, [*jobs, (prompts[0], sampled)][:8])
         assert outs[: min(n, 7)] == want[: min(n, 7)]  # a sampling row beside them changes nothing of theirs

@@ -122,10 +122,11 @@ def test_gpu_matvec_q8p_whole_row_tails(cfg: tuple, k: int) -> None:
 @pytest.mark.parametrize("cfg", tuning._GEMV_CANDIDATES + tuning._DOT_CANDIDATES + tuning._XP_CANDIDATES
                          + tuning._X3_CANDIDATES)
 def test_gpu_matvec_every_config_batch(cfg: tuple) -> None:
-    """Every candidate launch config (incl. split-K with in-kernel reduction) at batch 1..8."""
+    """Every candidate launch config (incl. split-K with in-kernel reduction) at batch 1..16 (the batching step's
+    largest default bucket)."""
     n, k = 6144, 4096
     codes, scales = weight(n, k, seed=1)
-    for m in (1, 3, 8):
+    for m in (1, 3, 8, 16):
         x = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
         y = matvec.ternary_matvec(x, codes, scales, 128, config=cfg)
         assert rel(y, ref.ref_ternary_matmul(x, codes, scales, 128)) < TOL[torch.bfloat16]

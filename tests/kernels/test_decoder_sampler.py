@@ -120,3 +120,37 @@ def test_fused_and_eager_samplers_draw_the_same_tokens_for_a_seed() -> None:
         s.configure(settings, [1, 2, 3])
         runs.append([s.sample(logits) for _ in range(6)])
     assert runs[0] == runs[1] and len(set(runs[0])) > 1
+
+
+def test_greedy_rows_equal_one_greedy_step_per_row() -> None:
+    """Continuous batching's one launch for every greedy row: each row's token, position, ``seen`` and ``counts``
+    equal a ``greedy_step`` of that row alone (own penalties, winners in different blocks, a padded logits width
+    and parameter rows), and every row's arrival counter is reset."""
+    rows, width = 3, V + 13
+    kernel = DecoderSampler(V, "cpu")
+    logits = torch.randn(rows, width, generator=torch.Generator().manual_seed(5)) * 3
+    seen, counts = torch.zeros(rows, V, dtype=torch.bool), torch.zeros(rows, V, dtype=torch.int32)
+    params = torch.zeros(rows, 8)
+    for r, (where, rep) in enumerate([(5, 1.5), (DECODER_BLOCK + 3, 1.0), (V - 1, 2.0)]):
+        _, seen[r], counts[r] = _state(10 + r)
+        logits[r, where] = 40.0
+        logits[r, where - 1] = 40.0 * rep - 1.0  # with rep > 1 it wins only if its repetition penalty is skipped
+        seen[r, where - 1], seen[r, where] = True, False
+        counts[r, where - 1:where + 1] = 0  # presence/frequency leave the pair alone
+        params[r, :6] = torch.tensor([0.0, 1.0, 0.0, rep, 0.1 * r, 0.05])
+    tok, pos = torch.full((rows + 1,), -1), torch.tensor([3, 10, 20, 99])
+    argmax = [int(torch.argmax(penalize(logits[r, :V], seen[r], counts[r], params[r, :6]))) for r in range(rows)]
+    expect = []
+    for r in range(rows):  # one row at a time through the single-row launch
+        s, c, t, p = seen[r].clone(), counts[r].clone(), torch.full((1,), -1), pos[r:r + 1].clone()
+        kernel.greedy_step(logits[r], s, c, params[r], t, p)
+        expect.append((int(t), int(p), s, c))
+    kernel.greedy_rows(logits, seen, counts, params, tok, pos)
+    for r, (t, p, s, c) in enumerate(expect):
+        assert (int(tok[r]), int(pos[r])) == (t, p) and t == argmax[r], r
+        assert torch.equal(seen[r], s) and torch.equal(counts[r], c), r
+    assert [int(tok[rows]), int(pos[rows])] == [-1, 99]  # a row past R is not touched
+    assert int(kernel.row_counter.sum()) == 0
+    assert [int(t) for t in tok[:rows]] == [5, DECODER_BLOCK + 3, V - 1]  # each rival lost to its penalty or value
+    with pytest.raises(ValueError, match="greedy_rows"):
+        kernel.greedy_rows(logits, seen[:, :-1], counts, params, tok, pos)

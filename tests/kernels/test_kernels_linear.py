@@ -44,11 +44,13 @@ def test_kernels_matvec_matches_reference(enc: str, g: int, cfg: tuple | None) -
     assert rel(y, ref.ref_ternary_matmul(x, codes, scales, g, enc)) < TOL[torch.float32]
 
 
-@pytest.mark.parametrize("m", [2])
-@pytest.mark.parametrize("cfg", [("dot", 16, 0, 1, 4), ("dot", 16, 0, 3, 4), ("xp", 16, 64, 1, 4),
+@pytest.mark.parametrize("m", [2, 16])
+@pytest.mark.parametrize("cfg", [("dot", 16, 0, 1, 4), ("dot", 16, 0, 3, 4), ("dot", 16, 0, 4, 4), ("dotp", 16, 0, 4, 4),
+                                 ("dotp", 32, 0, 1, 4), ("xp", 16, 64, 1, 4),
                                  ("xp", 8, 128, 2, 4), ("x3", 16, 64, 1, 4), ("x3", 8, 128, 2, 4)])
 def test_kernels_matvec_variants(m: int, cfg: tuple) -> None:
-    """tl.dot, prepared-x and scaled-prepared-x mat-vecs, incl. split-K, fused norm, SwiGLU, residual."""
+    """tl.dot, prepared-x and scaled-prepared-x mat-vecs, incl. split-K (5 groups in 4 splits: one empty), fused
+    norm, SwiGLU, residual; 16 rows fill the tensor-core tile of the batched step."""
     n, k, g = 24, 320, 64  # K = 2.5 blocks of 128: the uneven-K masks are exercised
     codes, scales = make_weight(n, k, g, "t2", seed=21)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=22)
@@ -63,6 +65,29 @@ def test_kernels_matvec_variants(m: int, cfg: tuple) -> None:
     e = ref.ref_ternary_matmul(x, codes, scales, g, residual=resid)
     matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", [torch.float16])
+def test_kernels_matvec_tensor_core_pair_decode(dtype: torch.dtype) -> None:
+    """16-bit x: "dotp" decodes weight pairs as packed 16-bit floats, its tile in (word, j, half) K order, x read
+    in the same order; it equals the plain "dot" decode and the reference, with split-K, norm and SwiGLU.
+    fp16 only here: the Triton interpreter's bf16 ``tl.dot`` is wrong (2e10 off on a 16x16 product);
+    bf16 runs on the GPU (``tests/gpu/test_gpu_kernels.py``, every config at 1..16 rows)."""
+    n, k, g, m = 40, 384, 128, 16
+    codes, scales = make_weight(n, k, g, "t2", seed=31)
+    up_codes, up_scales = make_weight(n, k, g, "t2", seed=32)
+    x = torch.randn(m, k).to(dtype)
+    nw = (torch.randn(k) * 0.1 + 1).to(dtype)
+    tol = TOL[dtype]
+    for sk in (1, 2):
+        plain = matvec.ternary_matvec(x, codes, scales, g, config=("dot", 16, 0, sk, 4))
+        pairs = matvec.ternary_matvec(x, codes, scales, g, config=("dotp", 16, 0, sk, 4))
+        assert rel(pairs, ref.ref_ternary_matmul(x.float(), codes, scales, g)) < tol
+        assert rel(pairs, plain) < 1e-3
+        y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+                                 config=("dotp", 32, 0, sk, 4))
+        e = ref.ref_swiglu_matvec(x.float(), codes, scales, up_codes, up_scales, g, norm_weight=nw.float())
+        assert rel(y, e) < 2 * tol
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -48,6 +48,7 @@ from runtime.kernels.triton.tuning import (
     _Q8_CANDIDATES,
     _Q8C_CANDIDATES,
     _Q8P_CANDIDATES,
+    _QUICK_DOT,
     _QUICK_GEMV,
     _QUICK_Q3,
     _QUICK_Q8,
@@ -663,104 +664,156 @@ def _gemv_dot_kernel(
     M, N, K, KW, NG, eps, norm_offset,
     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr,
-    IEEE: tl.constexpr,
+    IEEE: tl.constexpr, PAIRS: tl.constexpr, USE_ASM: tl.constexpr, USE_GDC: tl.constexpr,
 ):
-    """Mat-vec on tensor cores: all (<= 16) activation rows x BLOCK_N weight rows per program,
-    one scale group per step: words -> shift/mask -> magic-float (c - 1) -> tl.dot."""
+    """Mat-vec on tensor cores for a few (<= 16) rows, the continuous-batching step: each program decodes a
+    [BLOCK_N, G] weight tile once per scale group and multiplies it by every row's x^T [G, BLOCK_M].
+
+    Why weights on the MMA's M side ("swap AB"): the MMA tile is at least 16 long on each side, so 16 weight
+    rows x 16 activation rows wastes nothing at batch 16, and the decoded tile feeds the MMA as it is (no
+    transpose through shared memory). Words -> shift/mask -> magic float (c - 1, exact) -> x's dtype. Split-K
+    partials are reduced in the same launch by the last program to arrive (as the other mat-vecs)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
     m_mask = offs_m < M
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
-    offs_g = tl.arange(0, G)
     xdt = x_ptr.dtype.element_ty
+    per_split = tl.cdiv(NG, SPLIT_K)
+    g0 = pid_k * per_split
+    g1 = tl.minimum(g0 + per_split, NG)
+    wcol = tl.arange(0, G // 16)
+    # the first weight tiles do not depend on the previous kernel: in flight before the PDL wait; each step
+    # then loads the next group's tiles before it decodes this one's
+    wrow = offs_n[:, None] * KW + wcol[None, :]
+    live = (offs_n < tl.where(g0 < g1, N, 0))[:, None]
+    words, words2 = _first_tile(w_ptr, w2_ptr, wrow + g0 * (G // 16), live, DUAL)
+    gdc_wait(USE_GDC)
+    offs_g = _dot_k_order(G, PAIRS)
     inv_rms = tl.full([BLOCK_M], 1.0, tl.float32)
     if NORM:
-        ss = tl.zeros([BLOCK_M, G], tl.float32)
+        ss = tl.zeros([G, BLOCK_M], tl.float32)
         for k0 in range(0, K, G):
-            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_g)[None, :], mask=m_mask[:, None],
+            xv = tl.load(x_ptr + offs_m[None, :] * stride_xm + (k0 + offs_g)[:, None], mask=m_mask[None, :],
                          other=0.0).to(tl.float32)
             ss += xv * xv
-        inv_rms = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
-    n_groups = NG
-    kw_total = KW
-    per_split = tl.cdiv(n_groups, SPLIT_K)
-    g0 = pid_k * per_split
-    g1 = tl.minimum(g0 + per_split, n_groups)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    sh = tl.arange(0, 16) * 2
-    wcol = tl.arange(0, G // 16)
+        inv_rms = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    acc2 = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
     for g in range(g0, g1):
         kk = g * G + offs_g
-        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :], mask=m_mask[:, None], other=0.0)
+        xv = tl.load(x_ptr + offs_m[None, :] * stride_xm + kk[:, None], mask=m_mask[None, :], other=0.0)
         if NORM:
-            h = xv.to(tl.float32) * inv_rms[:, None]
-            nwv = tl.load(nw_ptr + kk).to(tl.float32)[None, :]
+            h = xv.to(tl.float32) * inv_rms[None, :]
+            nwv = tl.load(nw_ptr + kk).to(tl.float32)[:, None]
             if NORM_QWEN3:
                 xv = (h.to(xdt).to(tl.float32) * nwv).to(xdt)
             else:
                 xv = (h * (nwv + norm_offset)).to(xdt)
-        widx = offs_n[:, None] * kw_total + (g * (G // 16) + wcol)[None, :]
-        words = tl.load(w_ptr + widx, mask=n_mask[:, None], other=0, eviction_policy="evict_first")
-        c = (words[:, :, None] >> sh[None, None, :]) & 3
-        wf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c - 1, exact
-        wt = tl.trans(tl.reshape(wf, [BLOCK_N, G])).to(xdt)
-        if IEEE:
-            part = tl.dot(xv, wt, input_precision="ieee")
-        else:
-            part = tl.dot(xv, wt)
-        sc = tl.load(s_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
-        acc += part * sc[None, :]
+        cur, cur2 = words, words2
+        nxt = (offs_n < tl.where(g + 1 < g1, N, 0))[:, None]
+        words = tl.load(w_ptr + wrow + (g + 1) * (G // 16), mask=nxt, other=0, eviction_policy="evict_first")
         if DUAL:
-            words2 = tl.load(w2_ptr + widx, mask=n_mask[:, None], other=0, eviction_policy="evict_first")
-            c2 = (words2[:, :, None] >> sh[None, None, :]) & 3
-            wf2 = (c2 | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0
-            wt2 = tl.trans(tl.reshape(wf2, [BLOCK_N, G])).to(xdt)
-            if IEEE:
-                part2 = tl.dot(xv, wt2, input_precision="ieee")
-            else:
-                part2 = tl.dot(xv, wt2)
-            sc2 = tl.load(s2_ptr + offs_n * n_groups + g, mask=n_mask, other=0.0).to(tl.float32)
-            acc2 += part2 * sc2[None, :]
+            words2 = tl.load(w2_ptr + wrow + (g + 1) * (G // 16), mask=nxt, other=0, eviction_policy="evict_first")
+        acc += _dot_group(cur, xv, IEEE, PAIRS, USE_ASM, BLOCK_N, G) * _group_scale(s_ptr, offs_n, n_mask, NG, g)[:, None]
+        if DUAL:
+            acc2 += (_dot_group(cur2, xv, IEEE, PAIRS, USE_ASM, BLOCK_N, G)
+                     * _group_scale(s2_ptr, offs_n, n_mask, NG, g)[:, None])
 
-    mask = m_mask[:, None] & n_mask[None, :]
-    ydt = y_ptr.dtype.element_ty
-    NP = 2 * N if DUAL else N
+    mask = n_mask[:, None] & m_mask[None, :]
     if SPLIT_K > 1:
-        pbase = part_ptr + pid_k * M * NP + offs_m[:, None] * NP + offs_n[None, :]
+        NP = 2 * N if DUAL else N
+        pbase = part_ptr + pid_k * M * NP + offs_m[None, :] * NP + offs_n[:, None]
         tl.store(pbase, acc, mask=mask)
         if DUAL:
             tl.store(pbase + N, acc2, mask=mask)
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + pid_n, 1)
         if arrived == SPLIT_K - 1:
-            acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-            acc2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+            acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+            acc2 = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
             for s in tl.static_range(SPLIT_K):
-                pb = part_ptr + s * M * NP + offs_m[:, None] * NP + offs_n[None, :]
+                pb = part_ptr + s * M * NP + offs_m[None, :] * NP + offs_n[:, None]
                 acc += tl.load(pb, mask=mask, other=0.0, cache_modifier=".cg")
                 if DUAL:
                     acc2 += tl.load(pb + N, mask=mask, other=0.0, cache_modifier=".cg")
-            out = acc
-            if DUAL:
-                gg = acc.to(ydt).to(tl.float32)
-                out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
-            if RESIDUAL:
-                rr = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
-                out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
-            tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(ydt), mask=mask)
+            _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
             tl.atomic_xchg(cnt_ptr + pid_n, 0)
     else:
-        out = acc
-        if DUAL:
-            gg = acc.to(ydt).to(tl.float32)
-            out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
-        if RESIDUAL:
-            rr = tl.load(r_ptr + offs_m[:, None] * stride_rm + offs_n[None, :], mask=mask, other=0.0)
-            out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
-        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :], out.to(ydt), mask=mask)
+        _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _dot_group(words, xv, IEEE: tl.constexpr, PAIRS: tl.constexpr, USE_ASM: tl.constexpr, BLOCK_N: tl.constexpr,
+               G: tl.constexpr):
+    """One scale group's [BLOCK_N, G // 16] words times x^T [G, BLOCK_M] on tensor cores (unscaled).
+
+    PAIRS (16-bit x): weights j and j + 8 of a word decode together, in one 32-bit register as two 16-bit
+    floats: ``(w >> 2j) & 0x00030003 | magic`` is (2^e + c) in both halves, one packed FMA subtracts 2^e + 1
+    (exact: c - 1 in {-1, 0, 1}): 3 instructions per weight pair instead of ~4 per weight. The decoded tile's
+    K order is then (word, j, half), which :func:`_dot_k_order` gives x too. Otherwise: shift/mask/magic fp32."""
+    if PAIRS:
+        sh = tl.arange(0, 8) * 2
+        t = words[:, :, None] >> sh[None, None, :]
+        lo, hi = _pair_decode(t, xv.dtype, USE_ASM)
+        wt = tl.reshape(tl.join(lo, hi), [BLOCK_N, G])
+    else:
+        sh = tl.arange(0, 16) * 2
+        c = (words[:, :, None] >> sh[None, None, :]) & 3
+        wf = (c | 0x4B000000).to(tl.float32, bitcast=True) - 8388609.0  # c - 1, exact
+        wt = tl.reshape(wf, [BLOCK_N, G]).to(xv.dtype)
+    if IEEE:
+        return tl.dot(wt, xv, input_precision="ieee")
+    return tl.dot(wt, xv)
+
+
+@triton.jit
+def _dot_k_order(G: tl.constexpr, PAIRS: tl.constexpr):
+    """Offsets in a group of the decoded tile's K positions (see :func:`_dot_group`)."""
+    p = tl.arange(0, G)
+    if PAIRS:
+        return (p // 16) * 16 + (p % 2) * 8 + (p % 16) // 2
+    return p
+
+
+@triton.jit
+def _pair_decode(t, dtype: tl.constexpr, USE_ASM: tl.constexpr):
+    """(code - 1) of bits 0-1 and 16-17 of each int32 of ``t`` as two tensors of ``dtype`` (bf16 or fp16)."""
+    if USE_ASM:
+        if dtype == tl.bfloat16:  # 0x4300 = 128: (128 + c) * 1 - 129
+            asm: tl.constexpr = ("{ .reg .b32 t, one, off; and.b32 t, $2, 0x00030003; or.b32 t, t, 0x43004300; "
+                                 "mov.b32 one, 0x3F803F80; mov.b32 off, 0xC301C301; "
+                                 "fma.rn.bf16x2 t, t, one, off; mov.b32 {$0, $1}, t; }")
+        else:  # 0x6400 = 1024: (1024 + c) * 1 - 1025
+            asm: tl.constexpr = ("{ .reg .b32 t, one, off; and.b32 t, $2, 0x00030003; or.b32 t, t, 0x64006400; "
+                                 "mov.b32 one, 0x3C003C00; mov.b32 off, 0xE401E401; "
+                                 "fma.rn.f16x2 t, t, one, off; mov.b32 {$0, $1}, t; }")
+        return tl.inline_asm_elementwise(asm, "=h,=h,r", [t], dtype=(dtype, dtype), is_pure=True, pack=1)
+    else:
+        lo = ((t & 3) - 1).to(tl.float32).to(dtype)
+        hi = (((t >> 16) & 3) - 1).to(tl.float32).to(dtype)
+        return lo, hi
+
+
+@triton.jit
+def _group_scale(s_ptr, offs_n, n_mask, NG, g):
+    return tl.load(s_ptr + offs_n * NG + g, mask=n_mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym,
+                  DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    """[BLOCK_N, BLOCK_M] results -> y[m, n]: SiLU(gate) * up and the residual in the model dtype (as HF)."""
+    ydt = y_ptr.dtype.element_ty
+    out = acc
+    if DUAL:
+        gg = acc.to(ydt).to(tl.float32)
+        out = gg / (1.0 + tl.exp(-gg)) * acc2.to(ydt).to(tl.float32)
+    if RESIDUAL:
+        rr = tl.load(r_ptr + offs_m[None, :] * stride_rm + offs_n[:, None], mask=mask, other=0.0)
+        out = out.to(ydt).to(tl.float32) + rr.to(tl.float32)
+    tl.store(y_ptr + offs_m[None, :] * stride_ym + offs_n[:, None], out.to(ydt), mask=mask)
 
 
 ACTIVATION_MODES = ("int8", "exact")
@@ -886,7 +939,7 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
                              NORM_QWEN3=norm_offset == 0.0, SCALED=scaled, num_warps=4)
         return _gemv_launch(xp, None, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offset, dual,
                             tuple(cfg[1:]), prep=2 if scaled else 1)
-    if cfg[0] == "dot":
+    if cfg[0] in ("dot", "dotp"):
         if encoding != T2 or x2.shape[0] > 16:
             raise ValueError("the tensor-core mat-vec handles t2 weights and at most 16 rows")
         return _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg)
@@ -910,7 +963,8 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
 
 
 def _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg):
-    _, bn, _, sk, warps = cfg
+    kind, bn, _, sk, warps = cfg
+    pairs = kind == "dotp"
     m = x2.shape[0]
     wv = w.view(torch.int32)
     w2v = w2.view(torch.int32) if dual else wv
@@ -923,7 +977,8 @@ def _gemv_dot_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, du
         part, cnt, m, n, k, k // 16, k // g, float(eps), float(norm_offset),
         G=g, BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_N=bn, SPLIT_K=sk,
         NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, DUAL=dual, RESIDUAL=r2 is not None,
-        IEEE=x2.dtype == torch.float32, num_warps=warps,
+        IEEE=x2.dtype == torch.float32, PAIRS=x2.dtype != torch.float32 and pairs, USE_ASM=not INTERPRET,
+        num_warps=warps, **pdl.launch_options(x2.device),
     )
 
 
@@ -965,7 +1020,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
                 continue
             cands.append((bn, bk, sk, warps))
     if flags.value("TERNARY_KERNELS_TUNE") != "full":
-        cands = [c for c in cands if c in _QUICK_GEMV or c in _QUICK_Q8 or c in _QUICK_Q3] or cands
+        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT if m > 1 else [])
+        cands = [c for c in cands if c in quick] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]
     copies = tuning._tensors_to_time(x2.device, w, s, w2, s2)

@@ -43,15 +43,31 @@ def _f32_rn(a, b, OP: tl.constexpr, USE_ASM: tl.constexpr):
 
 @triton.jit
 def _decoder_sample_kernel(logits_ptr, seen_ptr, counts_ptr, params_ptr, out_ptr, pval_ptr, pidx_ptr, cnt_ptr,
-                           tok_ptr, pos_ptr, host_ptr, V, BLOCK: tl.constexpr, P_BLOCK: tl.constexpr,
+                           tok_ptr, pos_ptr, host_ptr, V, stride_lr, stride_pr,
+                           BLOCK: tl.constexpr, P_BLOCK: tl.constexpr,
                            GREEDY: tl.constexpr, HOST: tl.constexpr, USE_ASM: tl.constexpr, USE_GDC: tl.constexpr):
     """Penalties (and, when sampling, the temperature) over one BLOCK of the vocabulary. GREEDY: each program's
     first maximum goes to (pval, pidx); the last program to arrive picks the first overall maximum (torch's
     argmax rule; NaN counts as +inf), writes it to ``tok``, advances ``pos`` and marks it in ``seen`` and
     ``counts`` — the whole decode-loop bookkeeping — and, with HOST, also to ``host[pos % 2]`` (pinned host memory
-    the GPU writes directly: no device-to-host copy between two steps). Otherwise the scaled logits go to ``out``."""
+    the GPU writes directly: no device-to-host copy between two steps). Otherwise the scaled logits go to ``out``.
+
+    Several rows (greedy only; continuous batching): program (pid, row) takes row's logits (``stride_lr`` apart),
+    its ``seen``/``counts`` (V apart), parameters (``stride_pr`` apart), its own partials and counter, and
+    ``tok[row]``/``pos[row]``: each row exactly as one launch of its own."""
     gdc_wait(USE_GDC)
     pid = tl.program_id(0)
+    row = tl.program_id(1)
+    if GREEDY:
+        logits_ptr += row * stride_lr
+        seen_ptr += row * V
+        counts_ptr += row * V
+        params_ptr += row * stride_pr
+        pval_ptr += row * tl.num_programs(0)
+        pidx_ptr += row * tl.num_programs(0)
+        cnt_ptr += row
+        tok_ptr += row
+        pos_ptr += row
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     m = offs < V
     x = tl.load(logits_ptr + offs, mask=m, other=0.0).to(tl.float32)
@@ -103,6 +119,7 @@ class DecoderSampler:
         self.pval = torch.empty(self.programs, dtype=torch.float32, device=self.device)
         self.pidx = torch.empty(self.programs, dtype=torch.int32, device=self.device)
         self.counter = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.row_counter: torch.Tensor | None = None  # greedy_rows' buffers (reserve_rows)
         self.use_asm = not INTERPRET
 
     def _launch(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, params: torch.Tensor,
@@ -113,10 +130,10 @@ class DecoderSampler:
             raise ValueError("DecoderSampler: logits [>= V], seen bool [V], counts int32 [V]")
         greedy = out is None
         dummy = self.pval
-        _decoder_sample_kernel[(self.programs,)](
+        _decoder_sample_kernel[(self.programs, 1)](
             lg, seen, counts, params, dummy if greedy else out, self.pval, self.pidx, self.counter,
             tok if greedy else dummy, pos if greedy else dummy, host if host is not None else dummy, self.vocab_size,
-            BLOCK=DECODER_BLOCK, P_BLOCK=triton.next_power_of_2(self.programs), GREEDY=greedy,
+            0, 0, BLOCK=DECODER_BLOCK, P_BLOCK=triton.next_power_of_2(self.programs), GREEDY=greedy,
             HOST=host is not None, USE_ASM=self.use_asm, num_warps=4,
             **pdl.launch_options(lg.device))
 
@@ -127,6 +144,33 @@ class DecoderSampler:
         if host is not None and (host.numel() < 2 or host.dtype != torch.int64):
             raise ValueError("host must be an int64 buffer of two slots")
         self._launch(logits, seen, counts, params, None, tok, pos, host)
+
+    def greedy_rows(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor, params: torch.Tensor,
+                    tok: torch.Tensor, pos: torch.Tensor) -> None:
+        """:meth:`greedy_step` for rows ``0..R-1`` in one launch (continuous batching): ``logits [R, >= V]``,
+        ``seen``/``counts [R, V]`` (contiguous rows), ``params [R, P]``, ``tok``/``pos [R]``. Allocates nothing
+        once :meth:`reserve_rows` has made room for R rows (call it before a CUDA-graph capture)."""
+        rows = logits.shape[0]
+        if (logits.dim() != 2 or logits.shape[1] < self.vocab_size or seen.shape != (rows, self.vocab_size)
+                or counts.shape != seen.shape or seen.dtype != torch.bool or counts.dtype != torch.int32
+                or not seen.is_contiguous() or not counts.is_contiguous() or logits.stride(1) != 1
+                or params.dim() != 2 or params.shape[0] != rows or params.stride(1) != 1
+                or tok.shape[0] < rows or pos.shape[0] < rows):
+            raise ValueError("greedy_rows: logits [R, >= V], seen bool / counts int32 [R, V] contiguous, "
+                             "params [R, P], tok and pos [>= R]")
+        self.reserve_rows(rows)
+        _decoder_sample_kernel[(self.programs, rows)](
+            logits, seen, counts, params, self.row_pval, self.row_pval, self.row_pidx, self.row_counter,
+            tok, pos, self.row_pval, self.vocab_size, logits.stride(0), params.stride(0),
+            BLOCK=DECODER_BLOCK, P_BLOCK=triton.next_power_of_2(self.programs), GREEDY=True, HOST=False,
+            USE_ASM=self.use_asm, num_warps=4, **pdl.launch_options(logits.device))
+
+    def reserve_rows(self, rows: int) -> None:
+        """Partials and counters of :meth:`greedy_rows` for ``rows`` rows (kept; grown only)."""
+        if getattr(self, "row_counter", None) is None or self.row_counter.numel() < rows:
+            self.row_pval = torch.empty(rows * self.programs, dtype=torch.float32, device=self.device)
+            self.row_pidx = torch.empty(rows * self.programs, dtype=torch.int32, device=self.device)
+            self.row_counter = torch.zeros(rows, dtype=torch.int32, device=self.device)
 
     def scaled(self, logits: torch.Tensor, seen: torch.Tensor, counts: torch.Tensor,
                params: torch.Tensor) -> torch.Tensor:

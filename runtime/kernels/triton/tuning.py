@@ -31,8 +31,16 @@ _XP_CANDIDATES = [("xp", 8, 1024, 1, 4), ("xp", 16, 1024, 1, 8), ("xp", 16, 512,
 _X3_CANDIDATES = [("x3", 8, 1024, 1, 4), ("x3", 16, 1024, 1, 8), ("x3", 16, 512, 1, 4), ("x3", 32, 512, 1, 8),
                   ("x3", 8, 1024, 4, 4), ("x3", 16, 1024, 4, 8), ("x3", 4, 4096, 1, 4), ("x3", 8, 4096, 1, 8),
                   ("x3", 8, 2048, 1, 4)]
-# tensor-core mat-vec: ("dot", BLOCK_N, 0, SPLIT_K, num_warps); t2 only, any M <= 16
-_DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4)]
+# tensor-core mat-vec: ("dot" | "dotp", BLOCK_N, 0, SPLIT_K, num_warps); t2 only, any M <= 16 (the batched decode
+# step: weights decoded once for all rows; split-K gives a 4096-row matrix enough programs for every SM); "dotp"
+# decodes weight pairs into packed 16-bit floats (16-bit x only; fp32 x takes the "dot" decode)
+_DOT_CANDIDATES = [("dot", 64, 0, 1, 4), ("dot", 128, 0, 1, 4), ("dot", 32, 0, 4, 4), ("dot", 64, 0, 4, 4),
+                   ("dotp", 64, 0, 1, 4), ("dotp", 128, 0, 1, 4), ("dotp", 32, 0, 2, 4), ("dotp", 32, 0, 4, 4),
+                   ("dotp", 64, 0, 2, 4), ("dotp", 64, 0, 4, 4), ("dotp", 64, 0, 8, 4), ("dotp", 128, 0, 2, 8),
+                   ("dotp", 128, 0, 4, 8), ("dotp", 16, 0, 4, 4), ("dotp", 64, 0, 4, 8)]
+# what a shape of 2+ rows times on first use besides the int8 variants (the full set under TERNARY_KERNELS_TUNE=full)
+_QUICK_DOT = [("dotp", 64, 0, 1, 4), ("dotp", 32, 0, 4, 4), ("dotp", 64, 0, 2, 4), ("dotp", 64, 0, 4, 4),
+              ("dotp", 128, 0, 2, 8)]
 # the quick sets below are what a shape's first use times (each candidate costs a compile on a machine's first
 # run); TERNARY_KERNELS_TUNE=full times every candidate
 _QUICK_GEMV = [(8, 1024, 1, 4), ("xp", 8, 1024, 1, 4), ("xp", 16, 512, 1, 4), ("x3", 8, 1024, 1, 4),
