@@ -756,7 +756,7 @@ def _dot_group(words, xv, IEEE: tl.constexpr, PAIRS: tl.constexpr, USE_ASM: tl.c
     if PAIRS:
         sh = tl.arange(0, 8) * 2
         t = words[:, :, None] >> sh[None, None, :]
-        lo, hi = _pair_decode(t, xv.dtype, USE_ASM)
+        lo, hi = _pair_decode(t, xv.dtype == tl.bfloat16, USE_ASM)
         wt = tl.reshape(tl.join(lo, hi), [BLOCK_N, G])
     else:
         sh = tl.arange(0, 16) * 2
@@ -778,22 +778,28 @@ def _dot_k_order(G: tl.constexpr, PAIRS: tl.constexpr):
 
 
 @triton.jit
-def _pair_decode(t, dtype: tl.constexpr, USE_ASM: tl.constexpr):
-    """(code - 1) of bits 0-1 and 16-17 of each int32 of ``t`` as two tensors of ``dtype`` (bf16 or fp16)."""
+def _pair_decode(t, BF16: tl.constexpr, USE_ASM: tl.constexpr):
+    """(code - 1) of bits 0-1 and 16-17 of each int32 of ``t`` as two bf16 (BF16) or fp16 tensors."""
     if USE_ASM:
-        if dtype == tl.bfloat16:  # 0x4300 = 128: (128 + c) * 1 - 129
-            asm: tl.constexpr = ("{ .reg .b32 t, one, off; and.b32 t, $2, 0x00030003; or.b32 t, t, 0x43004300; "
-                                 "mov.b32 one, 0x3F803F80; mov.b32 off, 0xC301C301; "
-                                 "fma.rn.bf16x2 t, t, one, off; mov.b32 {$0, $1}, t; }")
+        if BF16:  # 0x4300 = 128: (128 + c) * 1 - 129
+            return tl.inline_asm_elementwise(
+                "{ .reg .b32 t, one, off; and.b32 t, $2, 0x00030003; or.b32 t, t, 0x43004300; "
+                "mov.b32 one, 0x3F803F80; mov.b32 off, 0xC301C301; "
+                "fma.rn.bf16x2 t, t, one, off; mov.b32 {$0, $1}, t; }",
+                "=h,=h,r", [t], dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=1)
         else:  # 0x6400 = 1024: (1024 + c) * 1 - 1025
-            asm: tl.constexpr = ("{ .reg .b32 t, one, off; and.b32 t, $2, 0x00030003; or.b32 t, t, 0x64006400; "
-                                 "mov.b32 one, 0x3C003C00; mov.b32 off, 0xE401E401; "
-                                 "fma.rn.f16x2 t, t, one, off; mov.b32 {$0, $1}, t; }")
-        return tl.inline_asm_elementwise(asm, "=h,=h,r", [t], dtype=(dtype, dtype), is_pure=True, pack=1)
+            return tl.inline_asm_elementwise(
+                "{ .reg .b32 t, one, off; and.b32 t, $2, 0x00030003; or.b32 t, t, 0x64006400; "
+                "mov.b32 one, 0x3C003C00; mov.b32 off, 0xE401E401; "
+                "fma.rn.f16x2 t, t, one, off; mov.b32 {$0, $1}, t; }",
+                "=h,=h,r", [t], dtype=(tl.float16, tl.float16), is_pure=True, pack=1)
     else:
-        lo = ((t & 3) - 1).to(tl.float32).to(dtype)
-        hi = (((t >> 16) & 3) - 1).to(tl.float32).to(dtype)
-        return lo, hi
+        lo = ((t & 3) - 1).to(tl.float32)
+        hi = (((t >> 16) & 3) - 1).to(tl.float32)
+        if BF16:
+            return lo.to(tl.bfloat16), hi.to(tl.bfloat16)
+        else:
+            return lo.to(tl.float16), hi.to(tl.float16)
 
 
 @triton.jit
