@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import torch
 import triton
 
 from runtime.kernels.triton import tuning
@@ -66,3 +67,53 @@ def test_shipped_configs_are_known_candidates():
             else:
                 assert kind == "prefill", (f.name, key)
                 assert cfg[0] == "dequant" or tuple(cfg[1]) in tuning._MM_CANDIDATES, (f.name, key, cfg)
+
+
+def test_the_tuner_never_picks_a_fast_config_whose_result_disagrees(monkeypatch) -> None:
+    """First use of a mat-vec shape times every candidate; a candidate whose output disagrees with the first
+    one's (a variant broken on this GPU or Triton) is skipped with a warning however fast it is, and the
+    fastest config that agrees is chosen. (Timing and launches are stood in for: this runs without a GPU.)"""
+    import warnings as _w
+
+    from runtime.kernels.triton import matvec
+
+    x = torch.randn(4, 1024)
+    truth = torch.randn(4, 64)
+    times = {("q8", 4, 4096, 1, 2): 3.0, ("dotp", 64, 0, 4, 4): 0.5, ("dotp", 32, 0, 4, 4): 1.0}
+    broken = ("dotp", 64, 0, 4, 4)
+
+    state = {"cfg": None, "last": None}
+
+    def launch(x2, nw, w, s, w2, s2, r2, y, n, k, g, encoding, eps, norm_offset, dual, cfg, **_):
+        state["last"] = cfg
+        y.copy_(truth + (1.0 if cfg == broken else 1e-3 * torch.randn_like(truth)))
+
+    def bench(fn):
+        fn()
+        return times[state["last"]]
+
+    monkeypatch.setattr(matvec, "INTERPRET", False)
+    monkeypatch.setattr(matvec, "_decode_activations", "int8")
+    monkeypatch.setattr(matvec, "_gemv_launch", launch)
+    monkeypatch.setattr(matvec, "_Q8_CANDIDATES", [("q8", 4, 4096, 1, 2)])
+    monkeypatch.setattr(matvec, "_Q8C_CANDIDATES", [])
+    monkeypatch.setattr(matvec, "_Q8P_CANDIDATES", [])
+    monkeypatch.setattr(matvec, "_XP_CANDIDATES", [])
+    monkeypatch.setattr(matvec, "_X3_CANDIDATES", [])
+    monkeypatch.setattr(matvec, "_DOT_CANDIDATES", [broken, ("dotp", 32, 0, 4, 4)])
+    monkeypatch.setattr(matvec, "_QUICK_DOT", [broken, ("dotp", 32, 0, 4, 4)])
+    monkeypatch.setattr(tuning, "_tensors_to_time", lambda dev, *t: list(t))
+    monkeypatch.setattr(tuning, "_remember", lambda key, cfg: state.update(cfg=cfg))
+    monkeypatch.setattr(tuning, "_tuned", {})
+    monkeypatch.setattr(tuning, "_bench", bench)
+    codes = torch.zeros(64, 1024 // 4, dtype=torch.uint8)
+    scales = torch.ones(64, 8, dtype=torch.float16)
+    with _w.catch_warnings(record=True) as caught:
+        _w.simplefilter("always")
+        cfg = matvec._gemv_config(x.to(torch.bfloat16), None, codes, scales, None, None, None, 64, 1024, 128, "t2",
+                                  1e-6, 0.0, False)
+    assert cfg == ("dotp", 32, 0, 4, 4) == state["cfg"]  # the fastest that agrees, not the broken 0.5
+    assert any("disagrees" in str(c.message) and "64, 0, 4, 4" in str(c.message) for c in caught)
+    assert matvec._agrees(truth, truth + 1e-3) and not matvec._agrees(truth + 1.0, truth)
+    assert matvec._agrees(truth, torch.full_like(truth, float("nan")))  # an unset x proves nothing
+    assert not matvec._agrees(torch.full_like(truth, float("inf")), truth)
