@@ -95,7 +95,10 @@ def zeroed(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | st
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if dev.type != "cpu" or nbytes < mmap.PAGESIZE:
         return torch.zeros(shape, dtype=dtype, device=dev)
-    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)  # anonymous, private: counted as RssAnon
+    if hasattr(mmap, "MAP_PRIVATE"):  # POSIX: anonymous and private (counted as RssAnon on Linux)
+        pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)
+    else:  # Windows: anonymous pages of the paging file, demand-zero as well
+        pages = mmap.mmap(-1, nbytes)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # one 2 MiB page per touched head would undo the saving
         pages.madvise(mmap.MADV_NOHUGEPAGE)
     return torch.frombuffer(pages, dtype=torch.uint8).view(dtype).view(shape)

@@ -180,3 +180,23 @@ def test_cpu_kv_cache_costs_resident_memory_only_where_written() -> None:
         assert r["zero"] and r["scales_zero"], name
         assert r["alloc"] < 2 * MIB, (name, r)  # torch.zeros would make both buffers resident at once
         assert r["k_bytes"] / 8 - MIB <= r["written"] < r["k_bytes"] / 8 + 2 * MIB, (name, r)
+
+
+@pytest.mark.parametrize("posix", [True, False], ids=["posix", "no-map-private"])
+def test_zeroed_cpu_buffers_without_posix_mmap_flags(monkeypatch: pytest.MonkeyPatch, posix: bool) -> None:
+    """Windows' ``mmap`` has no ``flags`` (nor MAP_PRIVATE): the plain anonymous mapping is used there; either way
+    the buffer is zeros, writable, of the asked shape and dtype, and outlives the mapping object's name."""
+    import mmap
+
+    from runtime.kv_cache import zeroed
+
+    if not posix:
+        monkeypatch.delattr(mmap, "MAP_PRIVATE")
+        monkeypatch.delattr(mmap, "MADV_NOHUGEPAGE", raising=False)
+    t = zeroed((3, 64, 1024), torch.bfloat16, "cpu")
+    assert t.shape == (3, 64, 1024) and t.dtype == torch.bfloat16 and t.is_contiguous()
+    assert bool((t == 0).all())
+    t[1, 5] = 2.5
+    assert float(t.float().sum()) == 2.5 * 1024
+    small = zeroed((4,), torch.float32, "cpu")  # under a page: plain torch.zeros
+    assert small.tolist() == [0.0] * 4
