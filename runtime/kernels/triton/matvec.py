@@ -225,7 +225,7 @@ def _gemv_kernel(
 
 @triton.jit
 def _first_tile(ptr, ptr2, idx, mask, DUAL: tl.constexpr):
-    """A program's first tile of int32 weight words (of both matrices when DUAL), loaded before the PDL
+    """A tile of int32 weight words (of both matrices when DUAL). A program's first one is loaded before the PDL
     wait: weights are never written during a step, so this may overlap the previous kernel's tail."""
     first = tl.load(ptr + idx, mask=mask, other=0, eviction_policy="evict_first")
     first2 = first
@@ -715,9 +715,7 @@ def _gemv_dot_kernel(
                 xv = (h * (nwv + norm_offset)).to(xdt)
         cur, cur2 = words, words2
         nxt = (offs_n < tl.where(g + 1 < g1, N, 0))[:, None]
-        words = tl.load(w_ptr + wrow + (g + 1) * (G // 16), mask=nxt, other=0, eviction_policy="evict_first")
-        if DUAL:
-            words2 = tl.load(w2_ptr + wrow + (g + 1) * (G // 16), mask=nxt, other=0, eviction_policy="evict_first")
+        words, words2 = _first_tile(w_ptr, w2_ptr, wrow + (g + 1) * (G // 16), nxt, DUAL)
         acc += _dot_group(cur, xv, IEEE, PAIRS, USE_ASM, BLOCK_N, G) * _group_scale(s_ptr, offs_n, n_mask, NG, g)[:, None]
         if DUAL:
             acc2 += (_dot_group(cur2, xv, IEEE, PAIRS, USE_ASM, BLOCK_N, G)
@@ -1049,7 +1047,8 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
     w, s, w2, s2 = copies
     y = torch.empty(m, n, dtype=x2.dtype, device=x2.device)
     best, best_t = cands[0], float("inf")
-    first: torch.Tensor | None = None
+    first: torch.Tensor | None = None  # the output of the first config that ran, and that config
+    first_cfg = cands[0]
     for cfg in cands:
         def run(cfg=cfg):
             _gemv_launch(x2, nw, w, s, w2, s2, r2, y, n, k, g, encoding, eps, norm_offset, dual, cfg)
@@ -1059,9 +1058,9 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
         except Exception:  # a config the compiler rejects (e.g. out of resources) is skipped
             continue
         if first is None:
-            first = y.clone()
+            first, first_cfg = y.clone(), cfg
         elif not _agrees(y, first):  # a variant wrong on this GPU / Triton is never chosen, however fast
-            warnings.warn(f"mat-vec config {cfg} disagrees with {cands[0]} at {m}x{n}x{k}; not used", stacklevel=2)
+            warnings.warn(f"mat-vec config {cfg} disagrees with {first_cfg} at {m}x{n}x{k}; not used", stacklevel=2)
             continue
         if t < best_t:
             best, best_t = cfg, t

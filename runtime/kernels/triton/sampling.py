@@ -167,7 +167,7 @@ class DecoderSampler:
 
     def reserve_rows(self, rows: int) -> None:
         """Partials and counters of :meth:`greedy_rows` for ``rows`` rows (kept; grown only)."""
-        if getattr(self, "row_counter", None) is None or self.row_counter.numel() < rows:
+        if self.row_counter is None or self.row_counter.numel() < rows:
             self.row_pval = torch.empty(rows * self.programs, dtype=torch.float32, device=self.device)
             self.row_pidx = torch.empty(rows * self.programs, dtype=torch.int32, device=self.device)
             self.row_counter = torch.zeros(rows, dtype=torch.int32, device=self.device)
