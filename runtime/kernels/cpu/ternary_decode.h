@@ -244,7 +244,10 @@ static void ds_multi_job(const void *ctx, int64_t i0, int64_t i1) {
     }
 }
 
-/* prep: nck * PB bytes for the widest K (64-byte aligned), reused by every call of the token */
+/* prep: DS_PREP_BYTES of the widest K (64-byte aligned), reused by every call of the token: the prepared
+   activations, then (QSUM_IN_FLOAT) each matrix's corrections */
+#define DS_PREP_PLANES(K) (((K) / CW * PB + 63) / 64 * 64)
+#define DS_PREP_BYTES(K) (DS_PREP_PLANES(K) + 3 * ((K) / TC_QBLOCK) * 4 + 64)
 static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const ds_q8 *qx, uint8_t *prep,
                          int nthreads) {
     ds_multi mm;
@@ -262,6 +265,11 @@ static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const
         q8_args *a = &mm.a[cnt];
         q8_args_init(a, qx->q, qx->d, qx->qsum, l->words, l->scales, ys[j], 1, l->N, l->K, l->G, l->N);
         a->prep = prep; a->m1 = 1;
+#if defined(QSUM_IN_FLOAT)
+        float *corr = (float *)(prep + DS_PREP_PLANES(K)) + cnt * (K / TC_QBLOCK);
+        q8_corrections(qx->d, qx->qsum, 0, 1, K, l->G, K / CW, corr);
+        a->corr = corr;
+#endif
         mm.first[cnt + 1] = mm.first[cnt] + (l->N + Q8_RD - 1) / Q8_RD;
         cnt++;
     }
@@ -271,7 +279,6 @@ static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const
     tp_run(ds_multi_job, &mm, mm.first[cnt], nthreads);
     return 1;
 }
-#define DS_PREP_BYTES(K) ((K) / CW * PB + 64)
 #else
 static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const ds_q8 *qx, uint8_t *prep,
                          int nthreads) {
@@ -292,6 +299,20 @@ static void ds_matvecs(const ds_lin *const *ls, float *const *ys, int n, const f
 }
 
 /* ------------------------------------------------------------------ attention, one query head per job item */
+/* sc[t] = exp(sc[t] - mx) for t < n; returns their sum (8 partial sums: vectorised without reassociating,
+   unlike a loop over libm's expf) */
+static inline float ds_softmax_sum(float *sc, int64_t n, float mx) {
+    for (int64_t t = 0; t < n; t++) sc[t] = ds_exp(sc[t] - mx);
+    float part[8] = {0};
+    int64_t t8 = 0;
+    for (; t8 + 8 <= n; t8 += 8)
+        for (int j = 0; j < 8; j++) part[j] += sc[t8 + j];
+    float sum = 0.0f;
+    for (int j = 0; j < 8; j++) sum += part[j];
+    for (; t8 < n; t8++) sum += sc[t8];
+    return sum;
+}
+
 /* softmax attention of one query head over cached positions [0, n) of its KV head g: out [D] */
 static void ds_attend(const ds_model *m, const ds_layer *l, const float *q, float *out, float *sc, int64_t g,
                       int64_t n) {
@@ -304,12 +325,7 @@ static void ds_attend(const ds_model *m, const ds_layer *l, const float *q, floa
         sc[t] = ds_dot(q, row, D) * scale;
         mx = sc[t] > mx ? sc[t] : mx;
     }
-    float sum = 0.0f;
-    for (int64_t t = 0; t < n; t++) {
-        sc[t] = expf(sc[t] - mx);
-        sum += sc[t];
-    }
-    const float inv = 1.0f / sum;
+    const float inv = 1.0f / ds_softmax_sum(sc, n, mx);
     for (int64_t i = 0; i < D; i++) out[i] = 0.0f;
     for (int64_t t = 0; t < n; t++) {
         ds_row_f32(l->vc, g * P + t, D, m->kv_dtype, l->vs, row);
@@ -327,15 +343,57 @@ typedef struct {
     int64_t pos, T, qstride;  /* token t is at position pos + t and attends over [0, pos + t] */
 } ds_attn_args;
 
+#define DS_QBLOCK 8
+
+/* ds_attend for queries t0..t1 (at most DS_QBLOCK) of head h, with the same arithmetic in the same order
+   (so bit-identical), but each cached K/V row is converted to fp32 once for all of them instead of once
+   per query; sc: DS_QBLOCK * (pos + t1) floats */
+static void ds_attend_block(const ds_attn_args *a, int64_t h, int64_t t0, int64_t t1, float *sc) {
+    const ds_model *m = a->m;
+    const int64_t D = m->D, P = m->P, g = h / (m->H / m->Hkv), n = a->pos + t1, nq = t1 - t0;
+    const float scale = 1.0f / sqrtf((float)D);
+    float row[DS_MAX_HEAD_DIM], inv[DS_QBLOCK];
+    for (int64_t p = 0; p < n; p++) {
+        ds_row_f32(a->l->kc, g * P + p, D, m->kv_dtype, a->l->ks, row);
+        for (int64_t i = (p > a->pos + t0 ? p - a->pos - t0 : 0); i < nq; i++)  /* queries that see p */
+            sc[i * n + p] = ds_dot(a->q + (t0 + i) * a->qstride + h * D, row, D) * scale;
+    }
+    for (int64_t i = 0; i < nq; i++) {
+        float *si = sc + i * n;
+        const int64_t ni = a->pos + t0 + i + 1;
+        float mx = -INFINITY;
+        for (int64_t p = 0; p < ni; p++) mx = si[p] > mx ? si[p] : mx;
+        inv[i] = 1.0f / ds_softmax_sum(si, ni, mx);
+        float *out = a->out + (t0 + i) * m->H * D + h * D;
+        for (int64_t j = 0; j < D; j++) out[j] = 0.0f;
+    }
+    for (int64_t p = 0; p < n; p++) {
+        ds_row_f32(a->l->vc, g * P + p, D, m->kv_dtype, a->l->vs, row);
+        for (int64_t i = (p > a->pos + t0 ? p - a->pos - t0 : 0); i < nq; i++) {
+            float *out = a->out + (t0 + i) * m->H * D + h * D;
+            const float w = sc[i * n + p] * inv[i];
+            for (int64_t j = 0; j < D; j++) out[j] += w * row[j];
+        }
+    }
+}
+
 /* query heads h0..h1 (one job item per head, every token of the chunk) */
 static void ds_attn_job(const void *ctx, int64_t h0, int64_t h1) {
     const ds_attn_args *a = (const ds_attn_args *)ctx;
     const ds_model *m = a->m;
     const int64_t D = m->D, group = m->H / m->Hkv;
-    for (int64_t h = h0; h < h1; h++)
-        for (int64_t t = 0; t < a->T; t++)
+    /* a prompt chunk: DS_QBLOCK queries share each K/V row's conversion (ds_attend_block) */
+    float *sc = a->T > 1 ? (float *)malloc((size_t)(DS_QBLOCK * (a->pos + a->T)) * sizeof(float)) : NULL;
+    for (int64_t h = h0; h < h1; h++) {
+        int64_t t = 0;
+        if (sc)
+            for (; t < a->T; t += DS_QBLOCK)
+                ds_attend_block(a, h, t, t + DS_QBLOCK < a->T ? t + DS_QBLOCK : a->T, sc);
+        for (; t < a->T; t++)  /* one token (decode), or no memory for the block's scores */
             ds_attend(m, a->l, a->q + t * a->qstride + h * D, a->out + t * m->H * D + h * D,
                       a->scores + h * m->P, h / group, a->pos + t + 1);
+    }
+    free(sc);
 }
 
 typedef void (*ds_fn)(const void *ctx, int64_t i0, int64_t i1);

@@ -367,9 +367,12 @@ typedef __m512 vf_t;
 #define VF_MUL _mm512_mul_ps
 #define VF_FMA _mm512_fmadd_ps
 #define VF_LOAD _mm512_loadu_ps
+#define VF_STORE _mm512_storeu_ps
 #define VF_ZERO _mm512_setzero_ps
 #define VF_SET1 _mm512_set1_ps
 #define VF_HSUM _mm512_reduce_add_ps
+#define VF_FNMADD _mm512_fnmadd_ps
+#define VF_LOAD_HALF(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #if defined(__AVX512VNNI__)
 #define DPBUSD _mm512_dpbusd_epi32
 #else
@@ -391,9 +394,12 @@ typedef __m256 vf_t;
 #define VF_MUL _mm256_mul_ps
 #define VF_FMA _mm256_fmadd_ps
 #define VF_LOAD _mm256_loadu_ps
+#define VF_STORE _mm256_storeu_ps
 #define VF_ZERO _mm256_setzero_ps
 #define VF_SET1 _mm256_set1_ps
 #define VF_HSUM hsum256
+#define VF_FNMADD _mm256_fnmadd_ps
+#define VF_LOAD_HALF(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #if defined(__AVXVNNI__)
 #define DPBUSD _mm256_dpbusd_avx_epi32
 #else
@@ -423,19 +429,27 @@ typedef __m256 vf_t;
 #define Q8_TP 4             /* tokens per tile, prefill (at most 6) */
 #endif
 
-/* sum over the 4 planes of code * q, added to acc (exact int32) */
-static inline vi_t dot4(vi_t acc, vi_t a0, vi_t a1, vi_t a2, vi_t a3, const uint8_t *qp) {
+/* sum over the 4 planes of code * q (exact int32): with VNNI added to pc's per-lane -qsum, so the result
+   is the dot with code - 1; without VNNI the plain code dot (QSUM_IN_FLOAT: -qsum is applied at the end of
+   q8_tile in fp32, one fused multiply-add per 8 or 16 groups instead of an int32 add per chunk; -10 % time
+   on the AVX2 prefill matmul of the 2-core EPYC) */
 #if defined(DPBUSD)
+static inline vi_t dot4(const uint8_t *pc, vi_t a0, vi_t a1, vi_t a2, vi_t a3, const uint8_t *qp) {
+    vi_t acc = VI_LOAD(pc + CW + 4 * VW);
     acc = DPBUSD(acc, a0, VI_LOAD(qp));
     acc = DPBUSD(acc, a1, VI_LOAD(qp + 4 * VW));
     acc = DPBUSD(acc, a2, VI_LOAD(qp + 8 * VW));
     return DPBUSD(acc, a3, VI_LOAD(qp + 12 * VW));
-#else  /* u8 x s8 pairs -> int16 (|sum| <= 4 * 762, no saturation) -> int32 */
+}
+#else
+#define QSUM_IN_FLOAT 1
+static inline vi_t dot4(const uint8_t *pc, vi_t a0, vi_t a1, vi_t a2, vi_t a3, const uint8_t *qp) {
+    (void)pc;  /* u8 x s8 pairs -> int16 (|sum| <= 4 * 762, no saturation) -> int32 */
     vi_t s = ADD16(MADDUBS(a0, VI_LOAD(qp)), MADDUBS(a1, VI_LOAD(qp + 4 * VW)));
     s = ADD16(s, ADD16(MADDUBS(a2, VI_LOAD(qp + 8 * VW)), MADDUBS(a3, VI_LOAD(qp + 12 * VW))));
-    return ADD32(acc, MADDWD(s, SET1_16(1)));
-#endif
+    return MADDWD(s, SET1_16(1));
 }
+#endif
 
 /* scale per int32 lane for chunk c of one row: lane L is in 32-block L/2 of the chunk, so in group
    (L/2)*32/G of it; idx holds those group offsets (used when a chunk spans several groups) */
@@ -513,6 +527,22 @@ static void prep_q8(const int8_t *q, const float *d, const int32_t *qsum, uint8_
     }
 }
 
+#if defined(QSUM_IN_FLOAT)
+/* corr[m * NG + g] (tokens m0..m1) = sum of d * qsum over group g's blocks that the vector chunks cover
+   (b < nck * CW / 32; the scalar tail_q8 does the rest exactly): what group g's code dots (codes 0..3)
+   over-count against code - 1, before the group's weight scale */
+static void q8_corrections(const float *d, const int32_t *qsum, int64_t m0, int64_t m1, int64_t K, int64_t G,
+                           int64_t nck, float *corr) {
+    const int64_t NB = K / TC_QBLOCK, NG = K / G, BPG = G / TC_QBLOCK, b0 = nck * CW / TC_QBLOCK;
+    for (int64_t m = m0; m < m1; m++)
+        for (int64_t g = 0; g < NG; g++) {
+            float c = 0.0f;
+            for (int64_t b = g * BPG; b < (g + 1) * BPG && b < b0; b++) c += d[m * NB + b] * (float)qsum[m * NB + b];
+            corr[m * NG + g] = c;
+        }
+}
+#endif
+
 /* the K % CW tail of one (token, row): scalar, exact int32 per block */
 static float tail_q8(const int8_t *q, const float *d, const int32_t *qsum, const uint32_t *wrow,
                      const uint16_t *srow, int64_t m, int64_t b0, int64_t K, int64_t G) {
@@ -529,17 +559,40 @@ typedef struct {
     const float *d;
     const int32_t *qsum;
     const uint8_t *prep;
+    const float *corr;  /* QSUM_IN_FLOAT: [M, NG] from q8_corrections */
     const uint32_t *words;
     const uint16_t *scales;
     float *y;
     int64_t K, G, NG, KC, nck, ldy, N, M, m0, m1;
     vi_t sidx;
+    int sshift;  /* G >= CW: chunk c's scale is group c >> sshift; -1: G / CW is no power of two */
+    int smode;   /* how q8_tile gets a chunk's scales: SCALE_F16 or SCALE_BCAST */
 } q8_args;
+
+/* q8_tile's scale modes: convert the fp16 scales per chunk (scale_vec), or, where G >= CW is a power-of-two
+   multiple of CW, once per row (row_scales) and then broadcast one per chunk. Where G < CW, a permute of
+   row_scales' fp32 copy measured slower than scale_vec (AVX-512 decode, 2-core EPYC: 3.60 vs 3.46 ms per
+   7 layers' mat-vecs), so those keep scale_vec. */
+enum { SCALE_F16, SCALE_BCAST };
+
+#define Q8_SF_MAX 512  /* groups per row that q8_tile converts to fp32 up front (on its stack) */
+
+/* a row's NG fp16 scales -> fp32 (VW per conversion), so that a chunk's scale costs one broadcast load
+   instead of a scalar conversion per chunk and row: -10 % time for the AVX2 decode mat-vecs of the 2-core
+   EPYC (7 layers of the 1.7B: 3.2 -> 2.9 ms), -3.5 % for its prefill */
+static inline void row_scales(const uint16_t *srow, int64_t NG, float *sf) {
+    int64_t g = 0;
+    for (; g + VW <= NG; g += VW) VF_STORE(sf + g, VF_LOAD_HALF(srow + g));
+    for (; g < NG; g++) sf[g] = h2f(srow[g]);
+}
+
+
 
 /* R rows x T tokens register tile over all of K: each row's planes are unpacked once per chunk and
    used for all T tokens */
 static inline __attribute__((always_inline)) void q8_tile(const q8_args *a, int64_t n0, const int R,
-                                                         int64_t m0, const int T, const int prefetch) {
+                                                         int64_t m0, const int T, const int prefetch,
+                                                         const int smode) {
     const int64_t pstride = a->nck * PB;
     const vi_t m3 = VI_SET1_8(3);
     vf_t acc[8][8];
@@ -547,6 +600,11 @@ static inline __attribute__((always_inline)) void q8_tile(const q8_args *a, int6
     for (int r = 0; r < R; r++)
         #pragma GCC unroll 8
         for (int t = 0; t < T; t++) acc[r][t] = VF_ZERO();
+    /* sized by R: a fixed-size [4][...] array made the AVX2 prefill tile 15 % slower (gcc 12: stack layout) */
+    float sf[R][smode == SCALE_BCAST ? Q8_SF_MAX : 1];
+    if (smode == SCALE_BCAST)
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++) row_scales(a->scales + (n0 + r) * a->NG, a->NG, sf[r]);
     for (int64_t c = 0; c < a->nck; c++) {
         const uint8_t *pc = a->prep + m0 * pstride + c * PB;
         #pragma GCC unroll 8
@@ -556,21 +614,36 @@ static inline __attribute__((always_inline)) void q8_tile(const q8_args *a, int6
             const vi_t w = VI_LOAD(wc);
             const vi_t p0 = VI_AND(w, m3), p1 = VI_AND(VI_SRL16(w, 2), m3);
             const vi_t p2 = VI_AND(VI_SRL16(w, 4), m3), p3 = VI_AND(VI_SRL16(w, 6), m3);
-            const vf_t sv = scale_vec(a->scales + (n0 + r) * a->NG, c, a->G, a->sidx);
+            const vf_t sv = smode == SCALE_BCAST ? VF_SET1(sf[r][c >> a->sshift])
+                                                 : scale_vec(a->scales + (n0 + r) * a->NG, c, a->G, a->sidx);
             #pragma GCC unroll 8
             for (int t = 0; t < T; t++) {
                 const uint8_t *pt = pc + t * pstride;
-                const vi_t dot = dot4(VI_LOAD(pt + CW + 4 * VW), p0, p1, p2, p3, pt);
+                const vi_t dot = dot4(pt, p0, p1, p2, p3, pt);
                 acc[r][t] = VF_FMA(VF_MUL(VF_CVT(dot), VF_LOAD((const float *)(pt + CW))), sv, acc[r][t]);
             }
         }
     }
     const int64_t b0 = a->nck * CW / TC_QBLOCK;
+#if defined(QSUM_IN_FLOAT)
+    const int64_t NGV = a->NG / VW * VW;  /* minus sum_g s[g] * corr[g], VW groups per step */
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        for (int64_t g = 0; g < NGV; g += VW) {
+            const vf_t s = VF_LOAD_HALF(a->scales + (n0 + r) * a->NG + g);
+            #pragma GCC unroll 8
+            for (int t = 0; t < T; t++) acc[r][t] = VF_FNMADD(s, VF_LOAD(a->corr + (m0 + t) * a->NG + g), acc[r][t]);
+        }
+#endif
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
         #pragma GCC unroll 8
         for (int t = 0; t < T; t++) {
             float v = VF_HSUM(acc[r][t]);
+#if defined(QSUM_IN_FLOAT)
+            for (int64_t g = NGV; g < a->NG; g++)
+                v -= h2f(a->scales[(n0 + r) * a->NG + g]) * a->corr[(m0 + t) * a->NG + g];
+#endif
             if (b0 < a->K / TC_QBLOCK)
                 v += tail_q8(a->q, a->d, a->qsum, a->words + (n0 + r) * a->KC, a->scales + (n0 + r) * a->NG,
                              m0 + t, b0, a->K, a->G);
@@ -579,19 +652,27 @@ static inline __attribute__((always_inline)) void q8_tile(const q8_args *a, int6
 }
 
 /* rows n0..n0+R-1 (R compile-time) for tokens m0..m1 */
-static inline __attribute__((always_inline)) void q8_rows(const q8_args *a, int64_t n0, const int R,
-                                                         int64_t m0, int64_t m1) {
+static inline __attribute__((always_inline)) void q8_rows_mode(const q8_args *a, int64_t n0, const int R,
+                                                              int64_t m0, int64_t m1, const int S) {
     int64_t m = m0;
-    for (; m + Q8_TP <= m1; m += Q8_TP) q8_tile(a, n0, R, m, Q8_TP, 0);
+    for (; m + Q8_TP <= m1; m += Q8_TP) q8_tile(a, n0, R, m, Q8_TP, 0, S);
     switch (m1 - m) {  /* the token tail (decode: M = 1) streams weights once: prefetch them */
-    case 1: q8_tile(a, n0, R, m, 1, 1); break;
-    case 2: q8_tile(a, n0, R, m, 2, 1); break;
-    case 3: q8_tile(a, n0, R, m, 3, 1); break;
+    case 1: q8_tile(a, n0, R, m, 1, 1, S); break;
+    case 2: q8_tile(a, n0, R, m, 2, 1, S); break;
+    case 3: q8_tile(a, n0, R, m, 3, 1, S); break;
 #if Q8_TP > 4
-    case 4: q8_tile(a, n0, R, m, 4, 1); break;
-    case 5: q8_tile(a, n0, R, m, 5, 1); break;
+    case 4: q8_tile(a, n0, R, m, 4, 1, S); break;
+    case 5: q8_tile(a, n0, R, m, 5, 1, S); break;
 #endif
     default: break;
+    }
+}
+
+static inline __attribute__((always_inline)) void q8_rows(const q8_args *a, int64_t n0, const int R,
+                                                         int64_t m0, int64_t m1) {
+    switch (a->smode) {  /* one specialised tile per mode: no per-chunk branch */
+    case SCALE_BCAST: q8_rows_mode(a, n0, R, m0, m1, SCALE_BCAST); break;
+    default: q8_rows_mode(a, n0, R, m0, m1, SCALE_F16); break;
     }
 }
 
@@ -622,6 +703,18 @@ static void q8_args_init(q8_args *a, const int8_t *q, const float *d, const int3
     int32_t idx[VW];
     for (int L = 0; L < VW; L++) idx[L] = G < CW ? (int32_t)(L * 16 / G) : 0;
     memcpy(&a->sidx, idx, sizeof idx);
+    a->sshift = -1;
+    for (int sh = 0; G >= CW && sh < 31; sh++)
+        if ((int64_t)CW << sh == G) a->sshift = sh;
+    a->smode = a->NG <= Q8_SF_MAX && a->sshift >= 0 ? SCALE_BCAST : SCALE_F16;
+}
+
+/* the prepared activations (and QSUM_IN_FLOAT's corrections) of tokens m0..m1 */
+static void prep_tokens(const q8_args *a, int64_t m0, int64_t m1) {
+    prep_q8(a->q, a->d, a->qsum, (uint8_t *)a->prep, m0, m1, a->K, a->nck);
+#if defined(QSUM_IN_FLOAT)
+    q8_corrections(a->d, a->qsum, m0, m1, a->K, a->G, a->nck, (float *)a->corr);
+#endif
 }
 
 static void q8_matmul(const int8_t *q, const float *d, const int32_t *qsum, const uint32_t *words,
@@ -629,14 +722,17 @@ static void q8_matmul(const int8_t *q, const float *d, const int32_t *qsum, cons
                       int64_t ldy, int nthreads) {
     q8_args a;
     q8_args_init(&a, q, d, qsum, words, scales, y, M, N, K, G, ldy);
-    const int64_t pstride = a.nck * PB;
-    uint8_t *prep = (uint8_t *)aligned_alloc(64, (size_t)((M * pstride + 63) / 64 * 64));
+    const int64_t pstride = a.nck * PB, prep_bytes = (M * pstride + 63) / 64 * 64;
+    uint8_t *prep = (uint8_t *)aligned_alloc(64, (size_t)((prep_bytes + M * a.NG * 4 + 63) / 64 * 64));
     if (!prep) {  /* out of memory for the prepared activations: the scalar path needs none */
         tc_ternary_mm_q8_ref(q, d, qsum, words, scales, y, 0, M, 0, N, K, G, ldy);
         return;
     }
     a.prep = prep;
-    prep_q8(q, d, qsum, prep, 0, M, K, a.nck);
+#if defined(QSUM_IN_FLOAT)
+    a.corr = (const float *)(prep + prep_bytes);
+#endif
+    prep_tokens(&a, 0, M);
     /* tokens per pass over the weights: their prepared activations (~1.5 bytes each) stay in L2 */
     int64_t mb = (256 * 1024) / (pstride > 0 ? pstride : 1);
     mb = mb < Q8_TP ? Q8_TP : mb / Q8_TP * Q8_TP;
