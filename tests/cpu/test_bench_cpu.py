@@ -32,7 +32,7 @@ def test_engine_names(bench) -> None:
 
 
 def test_bad_arguments_are_refused_before_any_work(bench, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--only", "ours:sse4"], ["--shape", "3b"], ["--hog", "-1"],
+    for argv in (["--only", "ours:sse4"], ["--shape", "3b"], ["--hog", "-1"], ["--rounds", "0"],
                  ["--only", "llama-avx2:TQ2_0", "--llama-path", "/nonexistent"]):
         with pytest.raises(SystemExit) as exc:
             bench.main(argv)
@@ -63,3 +63,28 @@ def test_memory_now_splits_anonymous_and_file_pages(bench) -> None:
     assert mem["anon"] > 0 and mem["file"] > 0 and mem["peak"] >= mem["rss"]
     assert mem["anon"] + mem["file"] <= mem["rss"] + 1024 * 1024  # RssShmem is the rest
     assert set(bench.cpu_flags()) <= set(bench.RELEVANT_FLAGS)
+
+
+def _row(engine: str, rnd: int, prefill: float, decode: float) -> dict:
+    label = "ours" if engine.startswith("ours") else f"llama.cpp ({engine})"
+    return {"shape": "1.7b", "engine": engine, "label": label, "round": rnd, "prefill_tok_s": prefill,
+            "decode_tok_s": decode, "peak_rss": 700 * 2**20, "weight_bytes": 2**28, "threads": 2, "hogs": 0,
+            "load_avg_before": [1.0], "load_avg_after": [1.0], "runs": [{"tokens": [1, 2, 3]}]}
+
+
+def test_rounds_give_each_rounds_ratios_and_their_median(bench, capsys: pytest.CaptureFixture[str]) -> None:
+    """--rounds alternates the engines; the summary pairs each round's rows and takes the median ratio,
+    with the AVX2 goal (1.25) for an AVX2-only llama.cpp and 1.5 for the native build."""
+    rows = [_row("ours:avx2", 0, 100.0, 50.0), _row("llama-avx2:TQ2_0", 0, 80.0, 40.0),
+            _row("ours:avx2", 1, 90.0, 45.0), _row("llama-avx2:TQ2_0", 1, 90.0, 30.0),
+            _row("ours:avx2", 2, 120.0, 60.0), _row("llama-avx2:TQ2_0", 2, 60.0, 40.0)]
+    bench.print_tables(rows)
+    out = capsys.readouterr().out
+    assert "1.7b round 1: ours / llama.cpp (llama-avx2:TQ2_0): decode 1.25 (goal >= 1.25), prefill 1.25 " \
+           "(goal >= 1.25)" in out
+    assert "round 3" in out and "round 4" not in out
+    assert "over 3 rounds: decode median 1.50 (1.25, 1.50, 1.50), prefill median 1.25 (1.25, 1.00, 2.00)" in out
+    bench.print_tables([_row("ours", 0, 150.0, 50.0), _row("llama:TQ2_0", 0, 100.0, 40.0)])
+    out = capsys.readouterr().out
+    assert "1.7b: ours / llama.cpp (llama:TQ2_0): decode 1.25 (goal >= 1.25), prefill 1.50 (goal >= 1.5)" in out
+    assert "round" not in out and "median" not in out

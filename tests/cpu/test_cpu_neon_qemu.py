@@ -40,8 +40,8 @@ class Build:
 
 
 BUILDS = [
-    Build("dotprod", ("-march=armv8.2-a+dotprod", "-fopenmp"), "max", "neon-dotprod"),
-    Build("armv8", ("-march=armv8-a",), "cortex-a53", "neon"),
+    Build("dotprod", ("-march=armv8.2-a+dotprod", "-pthread"), "max", "neon-dotprod"),
+    Build("armv8", ("-march=armv8-a", "-pthread"), "cortex-a53", "neon"),
 ]
 
 

@@ -10,11 +10,17 @@
      builds give the same bits); the exact int32 block dot is sum(q * code) - qsum.
 
    No one here has ARM hardware: tests/cpu/test_cpu_neon_qemu.py cross-compiles this file and checks it
-   under qemu-user, with and without the dot-product extension. */
+   under qemu-user, with and without the dot-product extension.
+
+   Threads: ternary_pool.h, as on x86. Why not OpenMP: Apple clang has none (this file was then built
+   single-threaded on every Mac), and an OpenMP barrier stalls on a core another process holds. */
+
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime, pthread_atfork under -std=c11 (ternary_pool.h) */
 
 #include <arm_neon.h>
 
 #include "ternary_common.h"
+#include "ternary_pool.h"
 
 #define TOKEN_TILE 32
 #define PREFETCH_ROWS 16
@@ -93,16 +99,35 @@ static void neon_block_range(const float *x, const uint32_t *words, const uint16
     }
 }
 
+/* one matmul call's operands, for its pool jobs (x for the exact path, q / d / qsum for the int8 path) */
+typedef struct {
+    const float *x;
+    const int8_t *q;
+    const float *d;
+    const int32_t *qsum;
+    const uint32_t *words;
+    const uint16_t *scales;
+    float *y;
+    int64_t M, K, G, ldy, m0, m1;
+} neon_args;
+
+/* 4-row blocks [i0, i1), tokens m0..m1 */
+static void mm_job(const void *ctx, int64_t i0, int64_t i1) {
+    const neon_args *a = (const neon_args *)ctx;
+    for (int64_t b = i0; b < i1; b++)
+        neon_block_range(a->x, a->words, a->scales, a->y, b * 4, 4, a->m0, a->m1, a->K, a->G, a->ldy);
+}
+
 /* y[m, n] (row stride ldy) = sum_k x[m, k] * w[n, k]; K and G multiples of 16, G divides K. */
 void ternary_mm(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                 int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads) {
     const int64_t nb = N / 4;
-    (void)nthreads;
+    neon_args a = {x, NULL, NULL, NULL, words, scales, y, M, K, G, ldy, 0, 0};
     for (int64_t m0 = 0; m0 < M; m0 += TOKEN_TILE) {
-        const int64_t m1 = m0 + TOKEN_TILE < M ? m0 + TOKEN_TILE : M;
-        #pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int64_t b = 0; b < nb; b++) neon_block_range(x, words, scales, y, b * 4, 4, m0, m1, K, G, ldy);
-        for (int64_t n = nb * 4; n < N; n++) neon_block_range(x, words, scales, y, n, 1, m0, m1, K, G, ldy);
+        a.m0 = m0;
+        a.m1 = m0 + TOKEN_TILE < M ? m0 + TOKEN_TILE : M;
+        tp_run(mm_job, &a, nb, nthreads);
+        for (int64_t n = nb * 4; n < N; n++) neon_block_range(x, words, scales, y, n, 1, a.m0, a.m1, K, G, ldy);
     }
 }
 
@@ -258,25 +283,37 @@ static void neon_block_range_q8(const int8_t *q, const float *d, const int32_t *
     }
 }
 
+/* 4-row blocks [i0, i1) of the int8 path, tokens m0..m1 */
+static void mm_q8_job(const void *ctx, int64_t i0, int64_t i1) {
+    const neon_args *a = (const neon_args *)ctx;
+    for (int64_t b = i0; b < i1; b++)
+        neon_block_range_q8(a->q, a->d, a->qsum, a->words, a->scales, a->y, b * 4, 4, a->m0, a->m1, a->K, a->G,
+                            a->ldy);
+}
+
+/* rows [i0, i1) through the scalar reference (G = 32), all tokens */
+static void mm_q8_ref_job(const void *ctx, int64_t i0, int64_t i1) {
+    const neon_args *a = (const neon_args *)ctx;
+    tc_ternary_mm_q8_ref(a->q, a->d, a->qsum, a->words, a->scales, a->y, 0, a->M, i0, i1, a->K, a->G, a->ldy);
+}
+
 /* y[m, n] = sum_g s[n,g] * sum_b d[m,b] * (sum q*code - qsum); K and G multiples of 32, G divides K.
    G = 32 (no model uses it) goes to the scalar reference: the vector path pairs 32-blocks. */
 void ternary_mm_q8(const int8_t *q, const float *d, const int32_t *qsum,
                    const uint32_t *words, const uint16_t *scales, float *y,
                    int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads) {
     const int64_t nb = N / 4;
-    (void)nthreads;
+    neon_args a = {NULL, q, d, qsum, words, scales, y, M, K, G, ldy, 0, M};
     if (G % 64 != 0) {
-        #pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int64_t n = 0; n < N; n++) tc_ternary_mm_q8_ref(q, d, qsum, words, scales, y, 0, M, n, n + 1, K, G, ldy);
+        tp_run(mm_q8_ref_job, &a, N, nthreads);
         return;
     }
     for (int64_t m0 = 0; m0 < M; m0 += TOKEN_TILE) {
-        const int64_t m1 = m0 + TOKEN_TILE < M ? m0 + TOKEN_TILE : M;
-        #pragma omp parallel for schedule(static) num_threads(nthreads)
-        for (int64_t b = 0; b < nb; b++)
-            neon_block_range_q8(q, d, qsum, words, scales, y, b * 4, 4, m0, m1, K, G, ldy);
+        a.m0 = m0;
+        a.m1 = m0 + TOKEN_TILE < M ? m0 + TOKEN_TILE : M;
+        tp_run(mm_q8_job, &a, nb, nthreads);
         for (int64_t n = nb * 4; n < N; n++)
-            neon_block_range_q8(q, d, qsum, words, scales, y, n, 1, m0, m1, K, G, ldy);
+            neon_block_range_q8(q, d, qsum, words, scales, y, n, 1, a.m0, a.m1, K, G, ldy);
     }
 }
 
