@@ -9,8 +9,11 @@ and fp16 group scales in place (2.125 bits/weight at g128, no repacking, so a me
 
 - ``exact``: every weight becomes exactly ``(code - 1) * s`` in fp32 and is multiplied with FMAs.
 - ``int8`` (default where faster): activations quantised once per call to int8 with one fp32 scale per
-  32 values (llama.cpp's Q8_0 rule), then integer dot products (vpdpbusd / sdot). Fewer instructions
-  per weight, which is what slower cores need; the accuracy cost is measured in the tests.
+  32 values (llama.cpp's Q8_0 block, the scale kept in fp32 where Q8_0 rounds it to fp16), then integer
+  dot products (vpdpbusd / sdot). Fewer instructions per weight, which is what slower cores need; the
+  accuracy cost is measured in the tests. llama.cpp's TQ1_0/TQ2_0 use Q8_K (one scale per 256); a mode
+  rounding exactly as Q8_K was measured and dropped: it brought logits no closer to llama.cpp's
+  (docs/benchmarks.md, "greedy tokens against llama.cpp").
 
 Each ISA variant is its own shared library built with explicit flags (``ISA_VARIANTS``) into the user
 cache directory, keyed by a hash of all kernel sources, the compiler and the flags, written atomically
