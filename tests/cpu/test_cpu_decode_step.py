@@ -172,7 +172,17 @@ def test_prompt_chunks_equal_forward(arch: str, kv: torch.dtype, activations: st
     ctol = 2e-2 if not exact else max(tol, 2 * torch.finfo(kv).eps + 1e-5)
     for a, b in zip(ref_cache, got_cache, strict=True):
         assert bool(b[..., :end, :].abs().sum() > 0) if b.dim() == 4 else bool((b[..., :end] > 0).all())
+        if kv == torch.int8 and a.dim() == 4:  # int8 codes: compared as values below
+            continue
         assert torch.allclose(a.float(), b.float(), rtol=ctol, atol=ctol), float((a.float() - b.float()).abs().max())
+    if kv == torch.int8:
+        # the int8 cache holds code * row scale: a row whose fp32 inputs differ slightly (int8 activations
+        # rounded one step apart upstream, as the logits allow) gets codes a step or two apart, so compare the
+        # values the attention reads, relative to their size
+        for (codes_a, scale_a), (codes_b, scale_b) in ((ref_cache[0:3:2], got_cache[0:3:2]),
+                                                       (ref_cache[1:4:2], got_cache[1:4:2])):
+            va, vb = codes_a.float() * scale_a[..., None], codes_b.float() * scale_b[..., None]
+            assert torch.allclose(va, vb, rtol=0, atol=ctol * float(va.abs().max())), float((va - vb).abs().max())
 
 
 def test_prompt_checks_its_input() -> None:

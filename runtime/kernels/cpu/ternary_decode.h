@@ -245,9 +245,8 @@ static void ds_multi_job(const void *ctx, int64_t i0, int64_t i1) {
 }
 
 /* prep: DS_PREP_BYTES of the widest K (64-byte aligned), reused by every call of the token: the prepared
-   activations, then (QSUM_IN_FLOAT) each matrix's corrections */
-#define DS_PREP_PLANES(K) (((K) / CW * PB + 63) / 64 * 64)
-#define DS_PREP_BYTES(K) (DS_PREP_PLANES(K) + 3 * ((K) / TC_QBLOCK) * 4 + 64)
+   activations (one-token tiles need no QSUM_IN_FLOAT corrections: prep_q8's per-lane d * qsum serves) */
+#define DS_PREP_BYTES(K) (((K) / CW * PB + 63) / 64 * 64 + 64)
 static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const ds_q8 *qx, uint8_t *prep,
                          int nthreads) {
     ds_multi mm;
@@ -265,11 +264,6 @@ static int ds_matvecs_q8(const ds_lin *const *ls, float *const *ys, int n, const
         q8_args *a = &mm.a[cnt];
         q8_args_init(a, qx->q, qx->d, qx->qsum, l->words, l->scales, ys[j], 1, l->N, l->K, l->G, l->N);
         a->prep = prep; a->m1 = 1;
-#if defined(QSUM_IN_FLOAT)
-        float *corr = (float *)(prep + DS_PREP_PLANES(K)) + cnt * (K / TC_QBLOCK);
-        q8_corrections(qx->d, qx->qsum, 0, 1, K, l->G, K / CW, corr);
-        a->corr = corr;
-#endif
         mm.first[cnt + 1] = mm.first[cnt] + (l->N + Q8_RD - 1) / Q8_RD;
         cnt++;
     }

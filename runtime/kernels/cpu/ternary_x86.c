@@ -372,6 +372,7 @@ typedef __m512 vf_t;
 #define VF_SET1 _mm512_set1_ps
 #define VF_HSUM _mm512_reduce_add_ps
 #define VF_FNMADD _mm512_fnmadd_ps
+#define VF_FMSUB _mm512_fmsub_ps
 #define VF_LOAD_HALF(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #if defined(__AVX512VNNI__)
 #define DPBUSD _mm512_dpbusd_epi32
@@ -399,6 +400,7 @@ typedef __m256 vf_t;
 #define VF_SET1 _mm256_set1_ps
 #define VF_HSUM hsum256
 #define VF_FNMADD _mm256_fnmadd_ps
+#define VF_FMSUB _mm256_fmsub_ps
 #define VF_LOAD_HALF(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #if defined(__AVXVNNI__)
 #define DPBUSD _mm256_dpbusd_avx_epi32
@@ -430,9 +432,12 @@ typedef __m256 vf_t;
 #endif
 
 /* sum over the 4 planes of code * q (exact int32): with VNNI added to pc's per-lane -qsum, so the result
-   is the dot with code - 1; without VNNI the plain code dot (QSUM_IN_FLOAT: -qsum is applied at the end of
-   q8_tile in fp32, one fused multiply-add per 8 or 16 groups instead of an int32 add per chunk; -10 % time
-   on the AVX2 prefill matmul of the 2-core EPYC) */
+   is the dot with code - 1; without VNNI the plain code dot (QSUM_IN_FLOAT: the qsum term is subtracted in
+   fp32 instead of by an int32 add per chunk. Prompt tiles subtract sum_g s[g] * corr[g] at the end of
+   q8_tile, one fused multiply-add per 8 or 16 groups: -10 % time on the AVX2 prefill matmul of the 2-core
+   EPYC. One-token tiles fold it into the chunk's scaling, d * dot - d * qsum as one FMSUB with the per-lane
+   d * qsum that prep_q8 stores: -3 to -5 % time on AVX2 decode mat-vecs there (same-process A/B, 8B and
+   1.7B shapes), where the same fold costs prompt tiles +3 % (one more load per token and row)) */
 #if defined(DPBUSD)
 static inline vi_t dot4(const uint8_t *pc, vi_t a0, vi_t a1, vi_t a2, vi_t a3, const uint8_t *qp) {
     vi_t acc = VI_LOAD(pc + CW + 4 * VW);
@@ -515,11 +520,19 @@ static void prep_q8(const int8_t *q, const float *d, const int32_t *qsum, uint8_
             uint8_t *pc = prep + (m * nck + c) * PB;
             transpose_planes(q + m * K + c * CW, pc);
             float dv[VW];
+#if defined(QSUM_IN_FLOAT)
+            float init[VW];  /* d * qsum per lane (even lanes), for the one-token tile's fused subtract */
+#else
             int32_t init[VW];
+#endif
             for (int L = 0; L < VW; L++) {
                 const int64_t b = m * NB + c * (CW / TC_QBLOCK) + L / 2;
                 dv[L] = d[b];
+#if defined(QSUM_IN_FLOAT)
+                init[L] = (L & 1) ? 0.0f : d[b] * (float)qsum[b];
+#else
                 init[L] = (L & 1) ? 0 : -qsum[b];
+#endif
             }
             memcpy(pc + CW, dv, sizeof dv);
             memcpy(pc + CW + 4 * VW, init, sizeof init);
@@ -620,15 +633,23 @@ static inline __attribute__((always_inline)) void q8_tile(const q8_args *a, int6
             for (int t = 0; t < T; t++) {
                 const uint8_t *pt = pc + t * pstride;
                 const vi_t dot = dot4(pt, p0, p1, p2, p3, pt);
+#if defined(QSUM_IN_FLOAT)
+                const vf_t dv = VF_LOAD((const float *)(pt + CW));
+                const vf_t v = T == 1 ? VF_FMSUB(VF_CVT(dot), dv, VF_LOAD((const float *)(pt + CW + 4 * VW)))
+                                      : VF_MUL(VF_CVT(dot), dv);  /* see dot4 */
+                acc[r][t] = VF_FMA(v, sv, acc[r][t]);
+#else
                 acc[r][t] = VF_FMA(VF_MUL(VF_CVT(dot), VF_LOAD((const float *)(pt + CW))), sv, acc[r][t]);
+#endif
             }
         }
     }
     const int64_t b0 = a->nck * CW / TC_QBLOCK;
 #if defined(QSUM_IN_FLOAT)
-    const int64_t NGV = a->NG / VW * VW;  /* minus sum_g s[g] * corr[g], VW groups per step */
+    /* prompt tiles: minus sum_g s[g] * corr[g], VW groups per step (one-token tiles did it per chunk: dot4) */
+    const int64_t NGV = T == 1 ? a->NG : a->NG / VW * VW;
     #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R && T > 1; r++)
         for (int64_t g = 0; g < NGV; g += VW) {
             const vf_t s = VF_LOAD_HALF(a->scales + (n0 + r) * a->NG + g);
             #pragma GCC unroll 8
