@@ -242,17 +242,24 @@ def worker_llama(path: Path, args: argparse.Namespace, decode_tokens: int, runs_
     load_s = time.perf_counter() - t0
     stages["loaded"] = memory_now()
     ids = _prompt_ids(args.prompt_tokens, args.seed)
+    n_vocab = llm.n_vocab()
+
+    def last_argmax() -> int:
+        # the last evaluated token's logits from the context itself: with logits_all=False, llama-cpp-python
+        # 0.3.x no longer copies them into llm.scores (that row stays zero: argmax 0 for every step)
+        return int(np.argmax(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(n_vocab,))))
+
     runs = []
     for i in range(runs_n + 1):
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(ids)
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last_argmax()
         t1 = time.perf_counter()
         out = [tok]
         for _ in range(decode_tokens - 1):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last_argmax()
             out.append(tok)
         t2 = time.perf_counter()
         runs.append({"prefill_tok_s": args.prompt_tokens / (t1 - t0),

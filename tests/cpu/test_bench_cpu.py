@@ -88,3 +88,34 @@ def test_rounds_give_each_rounds_ratios_and_their_median(bench, capsys: pytest.C
     out = capsys.readouterr().out
     assert "1.7b: ours / llama.cpp (llama:TQ2_0): decode 1.25 (goal >= 1.25), prefill 1.50 (goal >= 1.5)" in out
     assert "round" not in out and "median" not in out
+
+
+def test_llama_worker_decodes_the_models_own_greedy_tokens(bench, tmp_path: Path) -> None:
+    """The llama.cpp worker's tokens are llama.cpp's argmax, checked against the same GGUF evaluated with every
+    position's logits kept (llama-cpp-python 0.3.x leaves llm.scores empty without logits_all, which once made
+    the worker report token 0 at every step)."""
+    import argparse
+
+    import llama_cpp
+    import numpy as np
+
+    from tests.model_factory import (
+        hf_model_to_model_data,
+        make_ternary_hf_model,
+        tiny_qwen3_config,
+        tiny_tokenizer,
+        write_gguf,
+    )
+
+    hf = make_ternary_hf_model(tiny_qwen3_config(), seed=1, group_size=256)
+    path = write_gguf(hf_model_to_model_data(hf, tiny_tokenizer()), tmp_path / "tiny-TQ2_0.gguf", "TQ2_0")
+    args = argparse.Namespace(prompt_tokens=12, seed=0, ctx=128, threads=2)
+    toks = bench.worker_llama(path, args, decode_tokens=8, runs_n=1)["runs"][0]["tokens"]
+    assert len(toks) == 8
+    prompt = bench._prompt_ids(12, 0)
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_threads=2, logits_all=True, verbose=False)
+    llm.eval(prompt + toks[:-1])
+    scores = np.array(llm.scores[: llm.n_tokens])
+    llm.close()
+    assert scores[len(prompt) - 1:].argmax(-1).tolist() == toks
+    assert len(set(toks)) > 1 or toks[0] != 0
