@@ -48,6 +48,19 @@ TC_EXPORT void ternary_mm_q8(const int8_t *q, const float *d, const int32_t *qsu
                              const uint32_t *words, const uint16_t *scales, float *y,
                              int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads);
 
+/* one matmul call's operands, for its thread-pool jobs (ternary_pool.h): x for the exact path, q / d / qsum
+   for the int8 path; m0..m1 the tokens of the current pass */
+typedef struct {
+    const float *x;
+    const int8_t *q;
+    const float *d;
+    const int32_t *qsum;
+    const uint32_t *words;
+    const uint16_t *scales;
+    float *y;
+    int64_t M, N, K, G, ldy, m0, m1;
+} tc_mm_args;
+
 /* ------------------------------------------------------------------ fp16 -> fp32 (exact) */
 static inline float h2f(uint16_t h) {
 #if defined(__F16C__)

@@ -99,21 +99,9 @@ static void neon_block_range(const float *x, const uint32_t *words, const uint16
     }
 }
 
-/* one matmul call's operands, for its pool jobs (x for the exact path, q / d / qsum for the int8 path) */
-typedef struct {
-    const float *x;
-    const int8_t *q;
-    const float *d;
-    const int32_t *qsum;
-    const uint32_t *words;
-    const uint16_t *scales;
-    float *y;
-    int64_t M, K, G, ldy, m0, m1;
-} neon_args;
-
 /* 4-row blocks [i0, i1), tokens m0..m1 */
 static void mm_job(const void *ctx, int64_t i0, int64_t i1) {
-    const neon_args *a = (const neon_args *)ctx;
+    const tc_mm_args *a = (const tc_mm_args *)ctx;
     for (int64_t b = i0; b < i1; b++)
         neon_block_range(a->x, a->words, a->scales, a->y, b * 4, 4, a->m0, a->m1, a->K, a->G, a->ldy);
 }
@@ -122,7 +110,7 @@ static void mm_job(const void *ctx, int64_t i0, int64_t i1) {
 void ternary_mm(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                 int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads) {
     const int64_t nb = N / 4;
-    neon_args a = {x, NULL, NULL, NULL, words, scales, y, M, K, G, ldy, 0, 0};
+    tc_mm_args a = {.x = x, .words = words, .scales = scales, .y = y, .M = M, .N = N, .K = K, .G = G, .ldy = ldy};
     for (int64_t m0 = 0; m0 < M; m0 += TOKEN_TILE) {
         a.m0 = m0;
         a.m1 = m0 + TOKEN_TILE < M ? m0 + TOKEN_TILE : M;
@@ -285,7 +273,7 @@ static void neon_block_range_q8(const int8_t *q, const float *d, const int32_t *
 
 /* 4-row blocks [i0, i1) of the int8 path, tokens m0..m1 */
 static void mm_q8_job(const void *ctx, int64_t i0, int64_t i1) {
-    const neon_args *a = (const neon_args *)ctx;
+    const tc_mm_args *a = (const tc_mm_args *)ctx;
     for (int64_t b = i0; b < i1; b++)
         neon_block_range_q8(a->q, a->d, a->qsum, a->words, a->scales, a->y, b * 4, 4, a->m0, a->m1, a->K, a->G,
                             a->ldy);
@@ -293,7 +281,7 @@ static void mm_q8_job(const void *ctx, int64_t i0, int64_t i1) {
 
 /* rows [i0, i1) through the scalar reference (G = 32), all tokens */
 static void mm_q8_ref_job(const void *ctx, int64_t i0, int64_t i1) {
-    const neon_args *a = (const neon_args *)ctx;
+    const tc_mm_args *a = (const tc_mm_args *)ctx;
     tc_ternary_mm_q8_ref(a->q, a->d, a->qsum, a->words, a->scales, a->y, 0, a->M, i0, i1, a->K, a->G, a->ldy);
 }
 
@@ -303,7 +291,8 @@ void ternary_mm_q8(const int8_t *q, const float *d, const int32_t *qsum,
                    const uint32_t *words, const uint16_t *scales, float *y,
                    int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads) {
     const int64_t nb = N / 4;
-    neon_args a = {NULL, q, d, qsum, words, scales, y, M, K, G, ldy, 0, M};
+    tc_mm_args a = {.q = q, .d = d, .qsum = qsum, .words = words, .scales = scales, .y = y, .M = M, .N = N,
+                     .K = K, .G = G, .ldy = ldy, .m1 = M};
     if (G % 64 != 0) {
         tp_run(mm_q8_ref_job, &a, N, nthreads);
         return;

@@ -766,18 +766,8 @@ static void q8_matmul(const int8_t *q, const float *d, const int32_t *qsum, cons
 }
 #endif
 
-typedef struct {
-    const int8_t *q;
-    const float *d;
-    const int32_t *qsum;
-    const uint32_t *words;
-    const uint16_t *scales;
-    float *y;
-    int64_t M, N, K, G, ldy;
-} q8_ref_args;
-
 static void q8_ref_job(const void *ctx, int64_t i0, int64_t i1) {
-    const q8_ref_args *a = (const q8_ref_args *)ctx;
+    const tc_mm_args *a = (const tc_mm_args *)ctx;
     const int64_t n1 = i1 * 16 < a->N ? i1 * 16 : a->N;
     tc_ternary_mm_q8_ref(a->q, a->d, a->qsum, a->words, a->scales, a->y, 0, a->M, i0 * 16, n1, a->K, a->G, a->ldy);
 }
@@ -792,7 +782,8 @@ void ternary_mm_q8(const int8_t *q, const float *d, const int32_t *qsum,
         return;
     }
 #endif
-    const q8_ref_args a = {q, d, qsum, words, scales, y, M, N, K, G, ldy};
+    const tc_mm_args a = {.q = q, .d = d, .qsum = qsum, .words = words, .scales = scales, .y = y, .M = M, .N = N,
+                          .K = K, .G = G, .ldy = ldy};
     tp_run(q8_ref_job, &a, (N + 15) / 16, nthreads);
 }
 
