@@ -212,17 +212,9 @@ static void block_range(const float *x, const uint32_t *words, const uint16_t *s
     }
 }
 
-typedef struct {
-    const float *x;
-    const uint32_t *words;
-    const uint16_t *scales;
-    float *y;
-    int64_t M, N, K, G, ldy, m0, m1;
-} mm_args;
-
 /* row blocks [i0, i1) of 4 rows; the last block also takes the N % 4 leftover rows */
 static void mm_decode_job(const void *ctx, int64_t i0, int64_t i1) {
-    const mm_args *a = (const mm_args *)ctx;
+    const tc_mm_args *a = (const tc_mm_args *)ctx;
     for (int64_t b = i0; b < i1; b++)
         rows_kernel(a->x, a->words, a->scales, a->y, b * 4, 4, a->K, a->G, a->M, a->ldy);
     if (i1 * 4 + 4 > a->N)
@@ -230,7 +222,7 @@ static void mm_decode_job(const void *ctx, int64_t i0, int64_t i1) {
 }
 
 static void mm_prefill_job(const void *ctx, int64_t i0, int64_t i1) {
-    const mm_args *a = (const mm_args *)ctx;
+    const tc_mm_args *a = (const tc_mm_args *)ctx;
     for (int64_t b = i0; b < i1; b++)
         block_range(a->x, a->words, a->scales, a->y, b * 4, 4, a->m0, a->m1, a->K, a->G, a->ldy);
     if (i1 * 4 + 4 > a->N)
@@ -241,7 +233,8 @@ static void mm_prefill_job(const void *ctx, int64_t i0, int64_t i1) {
 /* y[m, n] (row stride ldy) = sum_k x[m, k] * w[n, k]; K and G multiples of 16, G divides K. */
 void ternary_mm(const float *x, const uint32_t *words, const uint16_t *scales, float *y,
                 int64_t M, int64_t N, int64_t K, int64_t G, int64_t ldy, int nthreads) {
-    mm_args a = {x, words, scales, y, M, N, K, G, ldy, 0, M};
+    tc_mm_args a = {.x = x, .words = words, .scales = scales, .y = y, .M = M, .N = N, .K = K, .G = G, .ldy = ldy,
+                    .m1 = M};
     const int64_t nb = N / 4;
     if (nb == 0) {  /* fewer than 4 rows */
         for (int64_t n = 0; n < N; n++) block_range(x, words, scales, y, n, 1, 0, M, K, G, ldy);
