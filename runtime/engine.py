@@ -171,6 +171,10 @@ class Engine:
         if decode_activations not in (None, "int8", "exact"):
             raise TernaryError(f"decode activations must be int8 or exact, got {decode_activations!r}")
         dev = resolve_device(device)
+        if dev.type == "cpu":
+            from runtime.host_memory import keep_large_buffers_out_of_heap
+
+            keep_large_buffers_out_of_heap()  # per-token buffers must not keep the heap grown
         if decode_activations is not None and dev.type == "cuda":
             from runtime.kernels.triton import matvec
 

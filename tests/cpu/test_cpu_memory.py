@@ -200,3 +200,55 @@ def test_zeroed_cpu_buffers_without_posix_mmap_flags(monkeypatch: pytest.MonkeyP
     assert float(t.float().sum()) == 2.5 * 1024
     small = zeroed((4,), torch.float32, "cpu")  # under a page: plain torch.zeros
     assert small.tolist() == [0.0] * 4
+
+
+_HEAP_PATTERN = r"""
+import json, sys
+import torch
+from runtime.host_memory import keep_large_buffers_out_of_heap
+
+def anon():
+    with open("/proc/self/status") as f:
+        return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("RssAnon:"))
+
+fixed = keep_large_buffers_out_of_heap() if sys.argv[1] == "fixed" else None
+base = anon()
+big = torch.ones(16 << 20, dtype=torch.uint8)  # a prompt's large buffer, freed
+del big
+keep = []
+for _ in range(64):  # per-token buffers (a 1.7B's logits are 0.6 MiB) with small survivors between them
+    t = torch.ones(600 << 10, dtype=torch.uint8)
+    keep.append(torch.ones(64, dtype=torch.uint8))
+    del t
+print(json.dumps({"fixed": fixed, "growth": anon() - base}))
+"""
+
+
+def test_per_token_buffers_do_not_keep_the_heap_grown() -> None:
+    """After a large buffer is freed, glibc raises its mmap threshold, so per-token buffers fragment the heap
+    and keep it grown (the control run shows it); with the threshold fixed, as Engine.load does on the CPU,
+    they come and go as their own mappings. Other systems: the call reports that it did nothing."""
+    from runtime.host_memory import keep_large_buffers_out_of_heap
+
+    if not sys.platform.startswith("linux"):
+        assert keep_large_buffers_out_of_heap() is False
+        return
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    out = {}
+    for mode in ("default", "fixed"):
+        proc = subprocess.run([sys.executable, "-c", _HEAP_PATTERN, mode], capture_output=True, text=True, env=env,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fixed"]["fixed"] is True, out
+    assert out["default"]["growth"] > 16 * MIB, out  # the premise: glibc's adjustment is there to turn off
+    assert out["fixed"]["growth"] < 4 * MIB, out
+
+
+def test_cpu_engine_load_fixes_the_heap_threshold(model_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import runtime.host_memory as host_memory
+
+    calls = []
+    monkeypatch.setattr(host_memory, "keep_large_buffers_out_of_heap", lambda: calls.append(1) or True)
+    Engine.load(model_file, device="cpu", context_length=64).close()
+    assert calls == [1]
