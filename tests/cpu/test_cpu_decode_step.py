@@ -179,8 +179,9 @@ def test_prompt_chunks_equal_forward(arch: str, kv: torch.dtype, activations: st
         # the int8 cache holds code * row scale: a row whose fp32 inputs differ slightly (int8 activations
         # rounded one step apart upstream, as the logits allow) gets codes a step or two apart, so compare the
         # values the attention reads, relative to their size
-        for (codes_a, scale_a), (codes_b, scale_b) in ((ref_cache[0:3:2], got_cache[0:3:2]),
-                                                       (ref_cache[1:4:2], got_cache[1:4:2])):
+        ref_k, ref_v, ref_ks, ref_vs = ref_cache
+        got_k, got_v, got_ks, got_vs = got_cache
+        for codes_a, scale_a, codes_b, scale_b in ((ref_k, ref_ks, got_k, got_ks), (ref_v, ref_vs, got_v, got_vs)):
             va, vb = codes_a.float() * scale_a[..., None], codes_b.float() * scale_b[..., None]
             assert torch.allclose(va, vb, rtol=0, atol=ctol * float(va.abs().max())), float((va - vb).abs().max())
 

@@ -639,15 +639,19 @@ static inline __attribute__((always_inline)) void q8_tile(const q8_args *a, int6
     }
     const int64_t b0 = a->nck * CW / TC_QBLOCK;
 #if defined(QSUM_IN_FLOAT)
-    /* prompt tiles: minus sum_g s[g] * corr[g], VW groups per step (one-token tiles did it per chunk: dot4) */
+    /* prompt tiles subtract sum_g s[g] * corr[g] here, VW groups per step, the rest in the scalar loop below;
+       one-token tiles did it per chunk (dot4), so for them every group is done */
     const int64_t NGV = T == 1 ? a->NG : a->NG / VW * VW;
-    #pragma GCC unroll 8
-    for (int r = 0; r < R && T > 1; r++)
-        for (int64_t g = 0; g < NGV; g += VW) {
-            const vf_t s = VF_LOAD_HALF(a->scales + (n0 + r) * a->NG + g);
-            #pragma GCC unroll 8
-            for (int t = 0; t < T; t++) acc[r][t] = VF_FNMADD(s, VF_LOAD(a->corr + (m0 + t) * a->NG + g), acc[r][t]);
-        }
+    if (T > 1) {
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            for (int64_t g = 0; g < NGV; g += VW) {
+                const vf_t s = VF_LOAD_HALF(a->scales + (n0 + r) * a->NG + g);
+                #pragma GCC unroll 8
+                for (int t = 0; t < T; t++)
+                    acc[r][t] = VF_FNMADD(s, VF_LOAD(a->corr + (m0 + t) * a->NG + g), acc[r][t]);
+            }
+    }
 #endif
     #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
