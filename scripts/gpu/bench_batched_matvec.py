@@ -3,8 +3,8 @@
 Usage (GPU machine, repo root): ``python3 scripts/gpu/bench_batched_matvec.py --model bonsai-8b --out OUT.json``
 
 Why: continuous batching runs each layer's mat-vecs on all running rows at once. The int8 ``dp4a`` variants
-decode every weight once per row, the tensor-core ``dot`` variant once per program for all rows, so which is
-faster depends on the rows; this times them side by side on one GPU. Each config is timed by the tuner's own
+decode every weight once per row, the tensor-core ``dot`` variant and the batched int8 ``q8m`` once per
+program for all rows, so which is faster depends on the rows; this times them side by side on one GPU. Each config is timed by the tuner's own
 ``_bench`` (CUDA graphs, cold L2, median of 5). Also checked: every timed ``dot`` config's output against the
 fp32 reference (relative error printed). One JSON line per (shape, rows) on stdout; the list to ``--out``.
 """
@@ -38,6 +38,7 @@ def main() -> None:
     ap.add_argument("--model", default="bonsai-8b")
     ap.add_argument("--rows", default="1,2,4,8,16")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--full", action="store_true", help="every q8m candidate (default: the quick set)")
     a = ap.parse_args()
     cfg = SYNTHETIC_CONFIGS[a.model]
     h, inter, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
@@ -48,6 +49,7 @@ def main() -> None:
               ("head+norm", cfg.vocab_size, h, "norm")]
     old = [c for c in tuning._QUICK_Q8 + tuning._QUICK_GEMV if c[0] != "dot"]
     dots = tuning._DOT_CANDIDATES
+    q8m = tuning._Q8M_CANDIDATES if a.full else tuning._QUICK_Q8M
     results = []
     step = {}
     for name, n, k, kind in shapes:
@@ -76,33 +78,36 @@ def main() -> None:
                 expect = ref.ref_ternary_matmul(x.float(), codes, scales, g, residual=resid.float())
             times = {}
             errs = {}
-            for c in old + dots:
-                if c[0] == "dot" and c[3] > k // g:
+            for c in old + dots + (q8m if m > 1 else []):
+                if str(c[0]).startswith("dot") and c[3] > k // g:
                     continue
                 try:
                     times[str(c)] = tuning._bench(lambda c=c: call(c))
                 except Exception as exc:  # a config the compiler rejects
                     print(f"  {name} m={m} {c}: {type(exc).__name__}", file=sys.stderr)
                     continue
-                if c[0] == "dot":
+                if c[0] in ("dot", "dotp", "q8m"):
                     call(c)
                     errs[str(c)] = float((y.float() - expect).norm() / expect.norm())
-            best_old = min((v, c) for c, v in times.items() if not c.startswith("('dot'"))
-            best_dot = min((v, c) for c, v in times.items() if c.startswith("('dot'"))
+            best_old = min((v, c) for c, v in times.items() if not c.startswith(("('dot", "('q8m'")))
+            best_dot = min((v, c) for c, v in times.items() if c.startswith("('dot"))
+            best_q8m = min(((v, c) for c, v in times.items() if c.startswith("('q8m'")), default=(float("nan"), None))
             row = {"shape": name, "n": n, "k": k, "rows": m, "best_int8_or_exact_ms": best_old[0] * 1,
                    "best_int8_or_exact": best_old[1], "best_dot_ms": best_dot[0], "best_dot": best_dot[1],
-                   "dot_rel_err_max": max(errs.values()), "all_ms": times}
-            step.setdefault(m, [0.0, 0.0, 0.0])
+                   "best_q8m_ms": best_q8m[0], "best_q8m": best_q8m[1],
+                   "rel_err_max": max(errs.values()), "all_ms": times}
+            step.setdefault(m, [0.0, 0.0, 0.0, 0.0])
             step[m][0] += best_old[0]
             step[m][1] += best_dot[0]
             step[m][2] += min(best_old[0], best_dot[0])
+            step[m][3] += best_q8m[0] if m > 1 else best_old[0]
             results.append(row)
             print(json.dumps({kk: v for kk, v in row.items() if kk != "all_ms"}), flush=True)
     layers = cfg.num_layers
-    for m, (o, d, b) in sorted(step.items()):
+    for m, (o, d, b, q) in sorted(step.items()):
         # per-layer shapes x layers + head once (the head is the last shape)
-        print(f"rows={m}: one of each shape: int8/exact best {o:.4f} ms, dot best {d:.4f} ms, min {b:.4f} ms "
-              f"(x{layers} layers, roughly)", flush=True)
+        print(f"rows={m}: one of each shape: int8/exact best {o:.4f} ms, dot best {d:.4f} ms, min of the two "
+              f"{b:.4f} ms, batched int8 (q8m) best {q:.4f} ms (x{layers} layers, roughly)", flush=True)
     if a.out:
         a.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "model": a.model, "rows": results},
                                     indent=1))

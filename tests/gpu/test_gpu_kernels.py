@@ -66,7 +66,8 @@ def test_gpu_matvec_more_row_tiles_than_a_grid_dimension_holds(cfg: tuple) -> No
     assert rel(y, ref.ref_ternary_matmul(ref.ref_int8_activations(x), codes, scales, 128)) < 5e-4
 
 
-@pytest.mark.parametrize("cfg", tuning._Q8_CANDIDATES + tuning._Q8C_CANDIDATES + tuning._Q8P_CANDIDATES)
+@pytest.mark.parametrize("cfg", tuning._Q8_CANDIDATES + tuning._Q8C_CANDIDATES + tuning._Q8P_CANDIDATES
+                         + tuning._Q8M_CANDIDATES)
 def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
     """W2A8 (dp4a) mat-vec at 8B shapes, batch 1..8, plain / fused norm / SwiGLU / residual."""
     n, k = 6144, 4096
@@ -95,7 +96,7 @@ def test_gpu_matvec_int8_activations_every_config(cfg: tuple) -> None:
 
 
 @pytest.mark.parametrize("k", [5120, 6144, 17408, 9728])
-@pytest.mark.parametrize("cfg", [c for c in tuning._Q8P_CANDIDATES if c[2] == 0])
+@pytest.mark.parametrize("cfg", [c for c in tuning._Q8P_CANDIDATES + tuning._Q8M_CANDIDATES if c[2] == 0])
 def test_gpu_matvec_q8p_whole_row_tails(cfg: tuple, k: int) -> None:
     """Persistent mat-vec, a whole row per step at the 27B widths (320 = 256 + 64, 384 = 256 + 128,
     1088 = 1024 + 64 words) and the 4B FFN (608 = 512 + 96 of a 128-word tail): SwiGLU + norm and
@@ -419,3 +420,33 @@ def test_gpu_batched_decode_kernels_equal_per_row() -> None:
                                                         BLOCK_W=64, NORM=False, NORM_QWEN3=True, NORM_BLOCK=4096,
                                                         USE_GDC=False)
         assert torch.equal(x_planes, expect), splits
+
+
+@pytest.mark.parametrize("rows", [2, 5, 8, 16])
+def test_gpu_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None:
+    """The batched decode step's q8m mat-vec gives every row bit for bit what q8p (one row per program) gives it
+    at the 8B's widths (K = 4096 and the 12288-wide down projection, a whole row plus a tail per step): plain,
+    SwiGLU with the fused norm, residual. So a request's tokens do not depend on how many share its step."""
+    gen = torch.Generator(device=DEV).manual_seed(rows)
+    for n, k in ((4096, 4096), (4096, 12288)):
+        codes, scales = weight(n, k, seed=k + 1)
+        up_codes, up_scales = weight(n, k, seed=k + 2)
+        nw = torch.rand(k, device=DEV, dtype=torch.bfloat16) + 0.5
+        xb = torch.randn(rows, k, device=DEV, dtype=torch.bfloat16, generator=gen)
+        for bn, per_sm, warps in ((4, 4, 2), (8, 4, 4)):
+            batched, single = ("q8m", bn, 0, per_sm, warps), ("q8p", bn, 0, per_sm, warps)
+            y = matvec.ternary_matvec(xb, codes, scales, 128, config=batched)
+            assert torch.equal(y, matvec.ternary_matvec(xb, codes, scales, 128, config=single))
+            y = matvec.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+                                     config=batched)
+            one = matvec.swiglu_matvec(xb, codes, scales, 128, up_codes=up_codes, up_scales=up_scales,
+                                       norm_weight=nw, config=single)
+            assert torch.equal(y, one)
+            e = ref.ref_swiglu_matvec(ref.ref_int8_activations(ref.ref_rmsnorm(xb, nw, 1e-6)),
+                                      codes, scales, up_codes, up_scales, 128)
+            assert rel(y, e) < TOL[torch.bfloat16]
+            r = torch.randn(rows, n, device=DEV, dtype=torch.bfloat16, generator=gen)
+            r2 = r.clone()
+            matvec.ternary_matvec(xb, codes, scales, 128, out=r, residual=r, config=batched)
+            matvec.ternary_matvec(xb, codes, scales, 128, out=r2, residual=r2, config=single)
+            assert torch.equal(r, r2)

@@ -174,7 +174,8 @@ def test_kernels_bad_inputs_raise() -> None:
 @pytest.mark.parametrize("cfg", [("q8", 16, 64, 1, 4), ("q8", 8, 128, 2, 4), ("q8", 4, 256, 3, 4),
                                  ("q8c", 16, 64, 1, 4), ("q8c", 8, 128, 2, 4), ("q8c", 4, 256, 3, 4),
                                  ("q8p", 4, 64, 1, 4), ("q8p", 2, 512, 3, 2), ("q8p", 16, 128, 1, 4),
-                                 ("q8p", 2, 256, 3, 4), ("q8p", 4, 0, 1, 4)])
+                                 ("q8p", 2, 256, 3, 4), ("q8p", 4, 0, 1, 4), ("q8m", 4, 0, 1, 4),
+                                 ("q8m", 2, 0, 3, 2)])
 @pytest.mark.parametrize("g", [64, 128])
 def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     """W2A8 mat-vec (dp4a emulated in the interpreter) == the fp32 reference on int8-rounded x,
@@ -205,7 +206,8 @@ def test_kernels_matvec_int8_activations(cfg: tuple, g: int) -> None:
     assert rel(resid, e) < 1e-5
 
 
-@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8p", 2, 0, 3, 1)])
+@pytest.mark.parametrize("cfg", [("q8p", 2, 0, 1, 2), ("q8p", 8, 0, 3, 4), ("q8p", 2, 0, 3, 1), ("q8m", 2, 0, 1, 2),
+                                 ("q8m", 8, 0, 3, 4)])
 def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     """K = 22 words (G = 32, two words per scale group): a whole row per step is 16 words plus a tail block
     of 8 whose last word pair is masked; plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over
@@ -225,6 +227,36 @@ def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
     matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
     assert rel(resid, e) < 1e-5
+
+
+@pytest.mark.parametrize("rows", [3, 16])
+def test_kernels_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None:
+    """q8m (every row of x per program, the batched decode step's mat-vec) gives each row bit for bit what the
+    one-row-per-program q8p gives it, plain, SwiGLU with a fused norm, and residual: so a request's tokens do not
+    depend on how many others share its decode step. It refuses a K-blocked config and more than 16 rows."""
+    n, k, g = 40, 384, 64  # 40 rows: 10 tiles of 4 over 3 programs, one program with a tile more
+    codes, scales = make_weight(n, k, g, "t2", seed=51)
+    up_codes, up_scales = make_weight(n, k, g, "t2", seed=52)
+    x = torch.randn(rows, k)
+    nw = torch.randn(k) * 0.1 + 1
+    batched, single = ("q8m", 4, 0, 1, 4), ("q8p", 4, 0, 1, 4)
+    y = matvec.ternary_matvec(x, codes, scales, g, config=batched)
+    assert torch.equal(y, matvec.ternary_matvec(x, codes, scales, g, config=single))
+    assert rel(y, ref.ref_ternary_matmul(ref.ref_int8_activations(x), codes, scales, g)) < 1e-5
+    y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
+                             config=batched)
+    for i in (0, rows - 1):
+        one = matvec.swiglu_matvec(x[i:i + 1], codes, scales, g, up_codes=up_codes, up_scales=up_scales,
+                                   norm_weight=nw, config=single)
+        assert torch.equal(y[i:i + 1], one)
+    resid = torch.randn(rows, n)
+    e = ref.ref_ternary_matmul(ref.ref_int8_activations(x), codes, scales, g, residual=resid)
+    matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=batched)
+    assert rel(resid, e) < 1e-5
+    with pytest.raises(ValueError, match="whole rows"):
+        matvec.ternary_matvec(x, codes, scales, g, config=("q8m", 4, 128, 1, 4))
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        matvec.ternary_matvec(torch.randn(17, k), codes, scales, g, config=batched)
 
 
 def test_kernels_int8_matvec_needs_groups_of_32() -> None:

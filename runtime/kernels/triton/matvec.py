@@ -49,17 +49,20 @@ from runtime.kernels.triton.tuning import (
     _Q3_CANDIDATES,
     _Q8_CANDIDATES,
     _Q8C_CANDIDATES,
+    _Q8M_CANDIDATES,
     _Q8P_CANDIDATES,
     _QUICK_DOT,
     _QUICK_GEMV,
     _QUICK_Q3,
     _QUICK_Q8,
+    _QUICK_Q8M,
     _X3_CANDIDATES,
     _XP_CANDIDATES,
     _key,
 )
 
 MATVEC_MAX_M = 8  # rows of x up to which the mat-vec kernel is used
+Q8M_MAX_ROWS = 16  # rows the batched int8 mat-vec unrolls at most (the batched decode step's widest bucket)
 
 
 @triton.jit
@@ -559,6 +562,69 @@ def _gemv_q8p_kernel(
 
 
 @triton.jit
+def _q8m_row(q_row, words, sc, words2, sc2, tw, tsc, tw2, tsc2, KW, WPG: tl.constexpr, BLOCK_W: tl.constexpr,
+             TAIL: tl.constexpr, DUAL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_T: tl.constexpr,
+             USE_ASM: tl.constexpr):
+    """One x row's whole-row dots with a decoded-once weight tile (``_gemv_q8m_kernel``): ``[BLOCK_N]`` sums of
+    the main block and the tail, both matrices when DUAL."""
+    x0, x1, x2, x3, xs, xneg = _q8p_x(q_row, 0, KW, BLOCK_W, EVEN_K)
+    acc = tl.sum(_q8p_dot(words, sc, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM), axis=1)
+    acc2 = acc
+    if DUAL:
+        acc2 = tl.sum(_q8p_dot(words2, sc2, x0, x1, x2, x3, xs, xneg, WPG, USE_ASM), axis=1)
+    if TAIL > 0:
+        tx0, tx1, tx2, tx3, txs, txneg = _q8p_x(q_row, BLOCK_W, KW, TAIL, EVEN_T)
+        acc += tl.sum(_q8p_dot(tw, tsc, tx0, tx1, tx2, tx3, txs, txneg, WPG, USE_ASM), axis=1)
+        if DUAL:
+            acc2 += tl.sum(_q8p_dot(tw2, tsc2, tx0, tx1, tx2, tx3, txs, txneg, WPG, USE_ASM), axis=1)
+    return acc, acc2
+
+
+@triton.jit
+def _gemv_q8m_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    M, N, KW, NG,
+    WPG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, TAIL: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, EVEN_K: tl.constexpr, EVEN_T: tl.constexpr,
+    USE_ASM: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    """Batched W2A8 mat-vec: ``_gemv_q8p_kernel``'s persistent whole-row walk, but each program multiplies its
+    weight tile with *all* M rows of x, so a tile is loaded, and its code planes masked, once per batch instead
+    of once per row (``q8p`` reads every weight once per row: 8 rows cost ~3x one). Per row the arithmetic and
+    its order are q8p's, so a row's result does not depend on the batch it is in. The row loop is a real loop
+    over a runtime M: one compile serves every batch width, and an unrolled loop let ptxas hoist all rows' x
+    loads to the top of the step (spills from 8 rows on)."""
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    total = tl.cdiv(n_tiles - pid, nprog)
+    words, sc, words2, sc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, 0, total > 0, N, KW, NG, WPG,
+                                       BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+    tw, tsc, tw2, tsc2 = words, sc, words2, sc2
+    if TAIL > 0:
+        tw, tsc, tw2, tsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, pid, BLOCK_W, total > 0, N, KW, NG, WPG,
+                                       BLOCK_N, TAIL, DUAL, EVEN_T)
+    gdc_wait(USE_GDC)
+    for i in range(total):
+        t = pid + i * nprog
+        t1 = t + nprog
+        nwords, nsc, nwords2, nsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, 0, i + 1 < total, N, KW, NG, WPG,
+                                               BLOCK_N, BLOCK_W, DUAL, EVEN_K)
+        ntw, ntsc, ntw2, ntsc2 = nwords, nsc, nwords2, nsc2
+        if TAIL > 0:
+            ntw, ntsc, ntw2, ntsc2 = _q8p_tile(w_ptr, s_ptr, w2_ptr, s2_ptr, t1, BLOCK_W, i + 1 < total, N, KW, NG,
+                                               WPG, BLOCK_N, TAIL, DUAL, EVEN_T)
+        offs_n = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        for r in range(M):
+            acc, acc2 = _q8m_row(q_ptr + r * 7 * KW, words, sc, words2, sc2, tw, tsc, tw2, tsc2, KW, WPG, BLOCK_W,
+                                 TAIL, DUAL, EVEN_K, EVEN_T, USE_ASM)
+            _gemv_epilogue(acc, acc2, offs_n, offs_n < N, r, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+        words, sc, words2, sc2 = nwords, nsc, nwords2, nsc2
+        tw, tsc, tw2, tsc2 = ntw, ntsc, ntw2, ntsc2
+
+
+@triton.jit
 def _gemv_q3_kernel(
     q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
@@ -860,7 +926,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
             x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
             BLOCK_W=qw, num_warps=4, **norm, **gdc)
     n_tiles = triton.cdiv(n, bn)
-    persistent = kind == "q8p"
+    persistent = kind in ("q8p", "q8m")
     part, cnt = _splitk_buffers(1 if persistent else sk, m, n, dual, m * n_tiles, y2)
     wv = w.view(torch.int32)
     args = (qx, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
@@ -878,8 +944,12 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         # whole rows: a power of two of words, then the rest rounded up to a power of two; else BLOCK_K blocks
         bw = 1 << (kw.bit_length() - 1) if whole else max(_ACT_WORDS, bk // 16)
         tail = triton.next_power_of_2(kw - bw) if whole and kw > bw else 0
-        _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=tail, ONE_K=whole or bw >= kw,
-                                     EVEN_K=whole or kw % bw == 0, EVEN_T=not tail or tail == kw - bw, **common)
+        even = dict(EVEN_K=whole or kw % bw == 0, EVEN_T=not tail or tail == kw - bw)
+        if kind == "q8m":  # all rows per program; whole rows per step only (checked by _gemv_launch)
+            _gemv_q8m_kernel[(progs,)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=tail, **even, **common)
+        else:
+            _gemv_q8p_kernel[(progs, m)](*args[:9], *args[11:], BLOCK_W=bw, TAIL=tail, ONE_K=whole or bw >= kw,
+                                         **even, **common)
     else:
         bw = max(_ACT_WORDS, bk // 16)
         _gemv_q8_kernel[(n_tiles, m, sk)](*args, BLOCK_W=bw, EVEN_K=kw % bw == 0, **common)
@@ -925,7 +995,9 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         # a layout it cannot read (odd bytes per group, e.g. G = 64): the exact t3 kernel
         cfg = _INTERPRET_GEMV if INTERPRET else _GEMV_CANDIDATES[0]
         cfg = (cfg[0], max(min(cfg[1], triton.next_power_of_2(k)), g), cfg[2], cfg[3])
-    if cfg[0] in ("q8", "q8c", "q8p"):
+    if cfg[0] in ("q8", "q8c", "q8p", "q8m"):
+        if cfg[0] == "q8m" and (cfg[2] != 0 or x2.shape[0] > Q8M_MAX_ROWS):
+            raise ValueError(f"the batched int8 mat-vec takes whole rows (BLOCK_K 0) and at most {Q8M_MAX_ROWS} rows")
         if encoding != T2:
             raise ValueError("the int8-activation mat-vec handles t2 weights")
         if cfg[0] == "q8c" and g < 64:
@@ -1018,10 +1090,13 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
     def fits(c: tuple) -> bool:
         if c[0] == "q8p":  # at least one tile per program
             return m * triton.cdiv(n, c[1]) >= 64
+        if c[0] == "q8m":
+            return 1 < m <= Q8M_MAX_ROWS and triton.cdiv(n, c[1]) >= 64
         return c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64
 
     if int8:
-        cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES if fits(c)]
+        cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES
+                  + _Q8M_CANDIDATES if fits(c)]
     if q3:
         kw3 = (k // g) * t3_bytes_per_group(g) // 4
         cands += [c for c in _Q3_CANDIDATES if c[3] <= triton.cdiv(kw3, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
@@ -1037,7 +1112,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
                 continue
             cands.append((bn, bk, sk, warps))
     if flags.value("TERNARY_KERNELS_TUNE") != "full":
-        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT if m > 1 else [])
+        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT + _QUICK_Q8M if m > 1 else [])
         cands = [c for c in cands if c in quick] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]

@@ -66,6 +66,17 @@ _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 40
                    ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2),
                    ("q8p", 2, 0, 8, 2), ("q8p", 4, 0, 8, 2), ("q8p", 4, 0, 4, 2), ("q8p", 2, 0, 8, 4),
                    ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4), ("q8p", 2, 0, 16, 1), ("q8p", 2, 0, 8, 1)]
+# batched decode (2-16 rows): q8p's whole-row walk with every row of x per program, so each weight tile is read and
+# its code planes masked once per batch: ("q8m", BLOCK_N, 0, programs per SM, warps). Larger row tiles share each
+# x load among more weight rows (x is re-read from L1 per tile and row)
+_Q8M_CANDIDATES = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1), ("q8m", 4, 0, 4, 2),
+                   ("q8m", 2, 0, 8, 2), ("q8m", 8, 0, 4, 2), ("q8m", 4, 0, 4, 4), ("q8m", 2, 0, 8, 4),
+                   ("q8m", 8, 0, 4, 4), ("q8m", 8, 0, 2, 4), ("q8m", 16, 0, 2, 4), ("q8m", 16, 0, 2, 8),
+                   ("q8m", 8, 0, 4, 8), ("q8m", 4, 0, 8, 2)]
+# H100, 2026-12-07 (scripts/gpu/bench_batched_matvec.py): one-warp 4-row tiles won qkv, o and the LM head at 4-16
+# rows, 2-row ones gate_up; the 12288-wide down projection wanted more warps (it spilled at 2)
+_QUICK_Q8M = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1), ("q8m", 4, 0, 4, 2),
+              ("q8m", 2, 0, 8, 4), ("q8m", 4, 0, 4, 4)]
 # the full-tune winners for Bonsai-8B shapes first: small programs, many loads in flight
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4),
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
