@@ -2,7 +2,8 @@
 
 Why: the Triton interpreter runs a kernel's Python, not its compilation, so inline PTX, dot layouts and
 constexpr typing errors surface only on a GPU. Triton ships ``ptxas``, so every launch config of the
-tensor-core mat-vec (``dot``/``dotp``) and the many-row greedy sampler is compiled here to SASS, in a
+tensor-core mat-vec (``dot``/``dotp``), two of the batched int8 mat-vec (``q8m``) and the many-row greedy sampler
+are compiled here to SASS, in a
 subprocess without ``TRITON_INTERPRET`` (under it ``@triton.jit`` makes interpreter functions)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ _COMPILE = """
 import json
 import triton
 from triton.backends.compiler import GPUTarget
-from runtime.kernels.triton.matvec import _gemv_dot_kernel
+from runtime.kernels.triton.matvec import _gemv_dot_kernel, _gemv_q8m_kernel
 from runtime.kernels.triton.sampling import _decoder_sample_kernel
 from runtime.kernels.triton.tuning import _DOT_CANDIDATES
 
@@ -44,6 +45,14 @@ for kind, bn, _, sk, warps in _DOT_CANDIDATES:
         asm = build(_gemv_dot_kernel, mv, c, warps)
         out.append({"cfg": [kind, bn, sk, warps, dual], "sass": len(asm.get("cubin", b"")) > 0,
                     "pair_fma": asm["ptx"].count("fma.rn.bf16x2")})
+q8m = dict(q_ptr=p("i32"), w_ptr=p("i32"), s_ptr=p("fp16"), w2_ptr=p("i32"), s2_ptr=p("fp16"), r_ptr=p("bf16"),
+           stride_rm="i32", y_ptr=p("bf16"), stride_ym="i32", M="i32", N="i32", KW="i32", NG="i32")
+for bn, warps, bw, tail, dual, resid in ((4, 1, 256, 0, True, False), (4, 2, 512, 256, False, True)):
+    c = dict(WPG=8, BLOCK_N=bn, BLOCK_W=bw, TAIL=tail, DUAL=dual, RESIDUAL=resid, EVEN_K=True, EVEN_T=True,
+             USE_ASM=True, USE_GDC=True)
+    asm = build(_gemv_q8m_kernel, q8m, c, warps)
+    out.append({"cfg": ["q8m", bn, warps, dual], "sass": len(asm.get("cubin", b"")) > 0, "pair_fma": 0,
+                "dp4a": asm["ptx"].count("dp4a")})
 smp = dict(logits_ptr=p("bf16"), seen_ptr=p("i1"), counts_ptr=p("i32"), params_ptr=p("fp32"), out_ptr=p("fp32"),
            pval_ptr=p("fp32"), pidx_ptr=p("i32"), cnt_ptr=p("i32"), tok_ptr=p("i64"), pos_ptr=p("i64"),
            host_ptr=p("fp32"), V="i32", stride_lr="i32", stride_pr="i32")
@@ -64,3 +73,7 @@ def test_batched_decode_kernels_compile_for_sm90() -> None:
     assert len(res) >= 2 * 10 + 1 and all(r["sass"] for r in res), res
     for r in res[:-1]:  # "dotp" decodes pairs with the packed FMA (bf16 x here); "dot" never does
         assert (r["pair_fma"] > 0) == (r["cfg"][0] == "dotp"), r
+    # q8m: the row loop stays a loop (one row's dp4a in the body: 4 per weight word of a thread, both matrices
+    # when DUAL), not unrolled over the batch
+    q8m = [r for r in res if r["cfg"][0] == "q8m"]
+    assert len(q8m) == 2 and all(0 < r["dp4a"] <= 512 for r in q8m), q8m
