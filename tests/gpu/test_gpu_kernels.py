@@ -422,7 +422,7 @@ def test_gpu_batched_decode_kernels_equal_per_row() -> None:
         assert torch.equal(x_planes, expect), splits
 
 
-@pytest.mark.parametrize("rows", [2, 5, 8, 16])
+@pytest.mark.parametrize("rows", [2, 5, 8, 16, 33, 64])
 def test_gpu_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None:
     """The batched decode step's q8m mat-vec gives every row bit for bit what q8p (one row per program) gives it
     at the 8B's widths (K = 4096 and the 12288-wide down projection, a whole row plus a tail per step): plain,

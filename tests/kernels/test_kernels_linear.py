@@ -233,7 +233,8 @@ def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
 def test_kernels_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None:
     """q8m (every row of x per program, the batched decode step's mat-vec) gives each row bit for bit what the
     one-row-per-program q8p gives it, plain, SwiGLU with a fused norm, and residual: so a request's tokens do not
-    depend on how many others share its decode step. It refuses a K-blocked config and more than 16 rows."""
+    depend on how many others share its decode step. It refuses a K-blocked config and more than 64 rows (the
+    batch limit)."""
     n, k, g = 40, 384, 64  # 40 rows: 10 tiles of 4 over 3 programs, one program with a tile more
     codes, scales = make_weight(n, k, g, "t2", seed=51)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=52)
@@ -255,8 +256,8 @@ def test_kernels_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> 
     assert rel(resid, e) < 1e-5
     with pytest.raises(ValueError, match="whole rows"):
         matvec.ternary_matvec(x, codes, scales, g, config=("q8m", 4, 128, 1, 4))
-    with pytest.raises(ValueError, match="at most 16 rows"):
-        matvec.ternary_matvec(torch.randn(17, k), codes, scales, g, config=batched)
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        matvec.ternary_matvec(torch.randn(65, k), codes, scales, g, config=batched)
 
 
 def test_kernels_int8_matvec_needs_groups_of_32() -> None:

@@ -62,7 +62,7 @@ from runtime.kernels.triton.tuning import (
 )
 
 MATVEC_MAX_M = 8  # rows of x up to which the mat-vec kernel is used
-Q8M_MAX_ROWS = 16  # rows the batched int8 mat-vec unrolls at most (the batched decode step's widest bucket)
+Q8M_MAX_ROWS = 64  # rows the batched int8 mat-vec takes (runtime.batching.MAX_BATCH_LIMIT; its row loop is a loop)
 
 
 @triton.jit

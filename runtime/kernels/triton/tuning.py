@@ -66,7 +66,7 @@ _Q8P_CANDIDATES = [("q8p", 2, 4096, 8, 2), ("q8p", 4, 4096, 4, 2), ("q8p", 4, 40
                    ("q8p", 16, 1024, 4, 8), ("q8p", 2, 2048, 16, 2), ("q8p", 8, 1024, 4, 2),
                    ("q8p", 2, 0, 8, 2), ("q8p", 4, 0, 8, 2), ("q8p", 4, 0, 4, 2), ("q8p", 2, 0, 8, 4),
                    ("q8p", 4, 0, 4, 4), ("q8p", 8, 0, 4, 4), ("q8p", 2, 0, 16, 1), ("q8p", 2, 0, 8, 1)]
-# batched decode (2-16 rows): q8p's whole-row walk with every row of x per program, so each weight tile is read and
+# batched decode (2-64 rows; measured up to 16): q8p's whole-row walk with every row of x per program, so each weight tile is read and
 # its code planes masked once per batch: ("q8m", BLOCK_N, 0, programs per SM, warps). Larger row tiles share each
 # x load among more weight rows (x is re-read from L1 per tile and row)
 _Q8M_CANDIDATES = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1), ("q8m", 4, 0, 4, 2),
