@@ -162,6 +162,8 @@ class BatchDecoder:
         self.staged: list[int] = []  # tokens whose K/V sit in the model's own cache (the prefill staging area)
         self.steps = 0
         self.step_rows = 0  # sum of active rows over steps (mean batch = step_rows / steps)
+        # (time handed out, rows) of every step while a list (benchmarks: the rate of the steps that ran all rows)
+        self.step_log: list[tuple[float, int]] | None = None
         self._cond = threading.Condition()
         self._stopping = False
         engine.reset()  # the model's cache is the staging area from now on
@@ -390,10 +392,13 @@ class BatchDecoder:
     def _deliver(self, step: _Step) -> None:
         if step.event is not None:
             step.event.synchronize()
+        toks = step.host.tolist()  # one conversion for all rows (an int() per row costs a torch call each)
+        if self.step_log is not None:
+            self.step_log.append((time.perf_counter(), len(step.rows)))
         for r, req in enumerate(step.rows):
             if req.finished:  # ended while this step was in flight: its token is not wanted
                 continue
-            tok = int(step.host[r])
+            tok = toks[r]
             req.produced += 1
             req.out.put((tok, step.infos[r]))
             if req.produced >= req.further or self._ends(req, tok) or req.gone:

@@ -121,7 +121,7 @@ def ours(tag):
             if r.get("path") == "single":  # the unbatched decode path, one stream
                 print(f"ours ({tag}) single-stream path: decode {r.get('decode_tok_s')} tok/s")
             else:
-                res[int(r["streams"])] = r.get("aggregate_tok_s")
+                res[int(r["streams"])] = (r.get("aggregate_tok_s"), r.get("full_batch_tok_s"))
     return res
 
 by = {}
@@ -142,10 +142,15 @@ if a or b or med:
     num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
     fmt = lambda x: f"{x:.1f}" if num(x) else "-"
     rat = lambda x, y: f"{x / y:.2f}x" if num(x) and num(y) and y else "-"
-    print("streams | ours aggregate tok/s (before / after) | llama.cpp S_TG | ours / llama.cpp (before / after)")
+    print("ours: window = first token to last over all streams (later prefills and the ramp inside); full batch ="
+          " the steps that ran every stream (S_TG's definition). Runs: first / again")
+    print("streams | ours window tok/s | ours full-batch tok/s | llama.cpp S_TG | window / S_TG | full-batch / S_TG")
     for s in sorted(set(a) | set(b) | set(med)):
         m = med.get(s)
-        print(f"  {s:5d} | {fmt(a.get(s))} / {fmt(b.get(s))} | {fmt(m)} | {rat(a.get(s), m)} / {rat(b.get(s), m)}")
+        wa, fa = a.get(s, (None, None))
+        wb, fb = b.get(s, (None, None))
+        print(f"  {s:5d} | {fmt(wa)} / {fmt(wb)} | {fmt(fa)} / {fmt(fb)} | {fmt(m)} | {rat(wa, m)} / {rat(wb, m)}"
+              f" | {rat(fa, m)} / {rat(fb, m)}")
 PY
 kill -- -"$BUILD_PID" 2>/dev/null
 stamp done

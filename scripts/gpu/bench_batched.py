@@ -15,7 +15,9 @@ as GGUF in a background thread for llama.cpp's ``llama-batched-bench`` on the ve
 
 A round's aggregate decode rate is (tokens after each stream's first) / (last token - earliest first token):
 prefill excluded, as llama-batched-bench's S_TG excludes it, and the staggered starts and ends of the streams
-counted against us. Also reported: the sum of the streams' own decode rates, median TTFT, mean rows per step,
+counted against us (later streams' prefills run inside the window, one per turn of the driver). The full-batch
+rate is S_TG's own definition: streams x steps / time over the decode steps that ran all the round's streams
+(``BatchDecoder.step_log``), the ramp up and down left out. Also reported: the sum of the streams' own decode rates, median TTFT, mean rows per step,
 and how many streams' greedy tokens equal the single-sequence path's for the same prompt.
 One JSON line per stream count on stdout; the whole list to ``--out``.
 """
@@ -57,6 +59,7 @@ def round_of(engine, prompts, settings) -> dict:
     threads = [threading.Thread(target=run_stream, args=(engine, p, settings, o)) for p, o in zip(prompts, outs, strict=False)]
     batch = engine.batch
     steps0, rows0 = batch.steps, batch.step_rows
+    batch.step_log = log_ = []
     for t in threads:
         t.start()
     for t in threads:
@@ -65,7 +68,12 @@ def round_of(engine, prompts, settings) -> dict:
     last = max(o["end"] for o in outs)
     after_first = sum(len(o["tokens"]) - 1 for o in outs)
     steps = batch.steps - steps0
-    return {"aggregate_tok_s": after_first / (last - first), "sum_stream_tok_s": sum(o["decode_tok_s"] for o in outs),
+    batch.step_log = None
+    # the steps that ran every stream (what llama-batched-bench's S_TG times: all B sequences decoding together)
+    full = [t for t, rows in log_ if rows == len(prompts)]
+    full_rate = len(prompts) * (len(full) - 1) / (full[-1] - full[0]) if len(full) > 2 else 0.0
+    return {"aggregate_tok_s": after_first / (last - first), "full_batch_tok_s": full_rate, "full_steps": len(full),
+            "sum_stream_tok_s": sum(o["decode_tok_s"] for o in outs),
             "ttft_ms_median": 1e3 * statistics.median(o["ttft_s"] for o in outs),
             "mean_rows_per_step": (batch.step_rows - rows0) / steps if steps else 0.0,
             "wall_s": last - min(o["start"] for o in outs), "tokens": [o["tokens"] for o in outs],
@@ -146,6 +154,9 @@ def main() -> int:
         prefix = [next((k for k, (x, y) in enumerate(zip(med["tokens"][j], refs[j], strict=False)) if x != y), len(refs[j]))
                   for j in range(min(n, len(refs)))]
         row = {"path": "batched", "streams": n, "aggregate_tok_s": med["aggregate_tok_s"],
+               "full_batch_tok_s": statistics.median(r["full_batch_tok_s"] for r in runs),
+               "full_batch_runs": [round(r["full_batch_tok_s"], 1) for r in runs],
+               "full_steps": [r["full_steps"] for r in runs],
                "per_stream_tok_s": med["aggregate_tok_s"] / n,
                "runs": [round(r["aggregate_tok_s"], 1) for r in runs],
                "sum_stream_tok_s": med["sum_stream_tok_s"], "ttft_ms_median": med["ttft_ms_median"],

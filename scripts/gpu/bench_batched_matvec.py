@@ -50,6 +50,7 @@ def main() -> None:
     old = [c for c in tuning._QUICK_Q8 + tuning._QUICK_GEMV if c[0] != "dot"]
     dots = tuning._DOT_CANDIDATES
     q8m = tuning._Q8M_CANDIDATES if a.full else tuning._QUICK_Q8M
+    q8t = tuning._Q8T_CANDIDATES
     results = []
     step = {}
     for name, n, k, kind in shapes:
@@ -78,7 +79,7 @@ def main() -> None:
                 expect = ref.ref_ternary_matmul(x.float(), codes, scales, g, residual=resid.float())
             times = {}
             errs = {}
-            for c in old + dots + (q8m if m > 1 else []):
+            for c in old + dots + (q8m + q8t if m > 1 else []):
                 if str(c[0]).startswith("dot") and c[3] > k // g:
                     continue
                 try:
@@ -86,28 +87,33 @@ def main() -> None:
                 except Exception as exc:  # a config the compiler rejects
                     print(f"  {name} m={m} {c}: {type(exc).__name__}", file=sys.stderr)
                     continue
-                if c[0] in ("dot", "dotp", "q8m"):
+                if c[0] in ("dot", "dotp", "q8m", "q8t"):
                     call(c)
                     errs[str(c)] = float((y.float() - expect).norm() / expect.norm())
-            best_old = min((v, c) for c, v in times.items() if not c.startswith(("('dot", "('q8m'")))
+            best_old = min((v, c) for c, v in times.items() if not c.startswith(("('dot", "('q8m'", "('q8t'")))
             best_dot = min((v, c) for c, v in times.items() if c.startswith("('dot"))
             best_q8m = min(((v, c) for c, v in times.items() if c.startswith("('q8m'")), default=(float("nan"), None))
+            best_q8t = min(((v, c) for c, v in times.items() if c.startswith("('q8t'")), default=(float("nan"), None))
+            best_all = min(times.values())
             row = {"shape": name, "n": n, "k": k, "rows": m, "best_int8_or_exact_ms": best_old[0],
                    "best_int8_or_exact": best_old[1], "best_dot_ms": best_dot[0], "best_dot": best_dot[1],
-                   "best_q8m_ms": best_q8m[0], "best_q8m": best_q8m[1],
+                   "best_q8m_ms": best_q8m[0], "best_q8m": best_q8m[1], "best_q8t_ms": best_q8t[0],
+                   "best_q8t": best_q8t[1], "best_ms": best_all,
                    "rel_err_max": max(errs.values()), "all_ms": times}
-            step.setdefault(m, [0.0, 0.0, 0.0, 0.0])
+            step.setdefault(m, [0.0, 0.0, 0.0, 0.0, 0.0])
             step[m][0] += best_old[0]
             step[m][1] += best_dot[0]
             step[m][2] += min(best_old[0], best_dot[0])
             step[m][3] += best_q8m[0] if m > 1 else best_old[0]
+            step[m][4] += best_all
             results.append(row)
             print(json.dumps({kk: v for kk, v in row.items() if kk != "all_ms"}), flush=True)
     layers = cfg.num_layers
-    for m, (o, d, b, q) in sorted(step.items()):
+    for m, (o, d, b, q, e) in sorted(step.items()):
         # per-layer shapes x layers + head once (the head is the last shape)
         print(f"rows={m}: one of each shape: int8/exact best {o:.4f} ms, dot best {d:.4f} ms, min of the two "
-              f"{b:.4f} ms, batched int8 (q8m) best {q:.4f} ms (x{layers} layers, roughly)", flush=True)
+              f"{b:.4f} ms, batched int8 (q8m) best {q:.4f} ms, fastest of all (q8t included) {e:.4f} ms "
+              f"(x{layers} layers, roughly)", flush=True)
     if a.out:
         a.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "model": a.model, "rows": results},
                                     indent=1))

@@ -229,6 +229,40 @@ def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     assert rel(resid, e) < 1e-5
 
 
+@pytest.mark.parametrize(("rows", "cfg", "g"), [(2, ("q8t", 16, 0, 1, 4), 128), (5, ("q8t", 32, 0, 3, 4), 64),
+                                                (17, ("q8t", 16, 0, 2, 2), 32), (3, ("q8t", 64, 0, 1, 4), 128),
+                                                (2, ("q8t", 16, 1, 1, 4), 128), (17, ("q8t", 32, 1, 3, 4), 64),
+                                                (9, ("q8t", 16, 1, 2, 2), 32)])
+def test_kernels_int8_tensor_core_matvec(rows: int, cfg: tuple, g: int) -> None:
+    """q8t (int8 tensor cores, every row of x per program; the batched decode step's mat-vec at 8-64 rows) ==
+    the fp32 reference on int8-rounded x: plain, SwiGLU with a fused norm, residual. 40 weight rows: tiles of
+    16/32/64 with a masked last tile; split-K over 3 or 6 groups (unevenly, 2 splits of 6 over 12/3, ...); 17
+    rows pad the MMA to 32; G = 32 is one activation block per group; both orientations (x or the weights on
+    the MMA's M side). Refuses tiles under 16, an unknown orientation and 65 rows."""
+    n, k = 40, 384
+    codes, scales = make_weight(n, k, g, "t2", seed=61)
+    up_codes, up_scales = make_weight(n, k, g, "t2", seed=62)
+    x = torch.randn(rows, k)
+    x[0, :32] = 0.0  # an all-zero activation block: scale 0
+    xq = ref.ref_int8_activations(x)
+    y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((rows, n), torch.float32), config=cfg)
+    assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
+    nw = torch.randn(k) * 0.1 + 1
+    y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
+    hq = ref.ref_int8_activations(ref.ref_rmsnorm(x, nw, 1e-6))
+    assert rel(y, ref.ref_swiglu_matvec(hq, codes, scales, up_codes, up_scales, g)) < 1e-5
+    resid = torch.randn(rows, n)
+    e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
+    matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
+    assert rel(resid, e) < 1e-5
+    with pytest.raises(ValueError, match="at least 16 rows"):
+        matvec.ternary_matvec(x, codes, scales, g, config=("q8t", 8, 0, 1, 4))
+    with pytest.raises(ValueError, match="at least 16 rows"):
+        matvec.ternary_matvec(x, codes, scales, g, config=("q8t", 16, 2, 1, 4))
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        matvec.ternary_matvec(torch.randn(65, k), codes, scales, g, config=cfg)
+
+
 @pytest.mark.parametrize("rows", [3, 16])
 def test_kernels_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None:
     """q8m (every row of x per program, the batched decode step's mat-vec) gives each row bit for bit what the

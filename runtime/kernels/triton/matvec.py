@@ -51,6 +51,7 @@ from runtime.kernels.triton.tuning import (
     _Q8C_CANDIDATES,
     _Q8M_CANDIDATES,
     _Q8P_CANDIDATES,
+    _Q8T_CANDIDATES,
     _QUICK_DOT,
     _QUICK_GEMV,
     _QUICK_Q3,
@@ -724,6 +725,210 @@ def _gemv_q3_kernel(
 
 
 @triton.jit
+def _q8t_planes(b, USE_ASM: tl.constexpr):
+    """The four code planes of int8 weight bytes ``b`` (4 codes each), as int8 ``c`` in {0, 1, 2}: plane j is
+    ``(byte >> 2j) & 3``, on sm_90 two instructions per four bytes (a register holds four, ``pack=4``)."""
+    if USE_ASM:
+        p0 = tl.inline_asm_elementwise("and.b32 $0, $1, 0x03030303;", "=r,r", [b], dtype=tl.int8, is_pure=True,
+                                       pack=4)
+        p1 = tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 2; and.b32 $0, t, 0x03030303; }", "=r,r",
+                                       [b], dtype=tl.int8, is_pure=True, pack=4)
+        p2 = tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 4; and.b32 $0, t, 0x03030303; }", "=r,r",
+                                       [b], dtype=tl.int8, is_pure=True, pack=4)
+        p3 = tl.inline_asm_elementwise("{ .reg .b32 t; shr.b32 t, $1, 6; and.b32 $0, t, 0x03030303; }", "=r,r",
+                                       [b], dtype=tl.int8, is_pure=True, pack=4)
+    else:
+        p0 = b & 3
+        p1 = (b >> 2) & 3
+        p2 = (b >> 4) & 3
+        p3 = (b >> 6) & 3
+    return p0, p1, p2, p3
+
+
+@triton.jit
+def _q8t_block(wb, xb, xneg, X_ON_M: tl.constexpr, USE_ASM: tl.constexpr):
+    """One activation block (32 weights of a row, two words) on int8 tensor cores: ``sum (c - 1) q``, exact in
+    int32, from the block's weight bytes ``wb [BLOCK_N, 8]``, x in the decoded tile's K order
+    (:func:`_q8t_x_order`) and ``xneg [BLOCK_M]``, minus the block's x sum (the MMA's accumulator starts there).
+    X_ON_M: x ``[BLOCK_M, 32]`` is the MMA's A operand, result ``[BLOCK_M, BLOCK_N]``; else the weights are
+    ("swap AB"), x ``[32, BLOCK_M]``, result ``[BLOCK_N, BLOCK_M]``."""
+    p0, p1, p2, p3 = _q8t_planes(wb, USE_ASM)
+    a = tl.reshape(tl.join(tl.join(p0, p1), tl.join(p2, p3)), [wb.shape[0], 32])
+    if X_ON_M:
+        out = tl.dot(xb, tl.trans(a), tl.zeros([xb.shape[0], wb.shape[0]], tl.int32) + xneg[:, None])
+    else:
+        out = tl.dot(a, xb, tl.zeros([wb.shape[0], xb.shape[1]], tl.int32) + xneg[None, :])
+    return out
+
+
+@triton.jit
+def _q8t_x_order():
+    """K position p of a decoded block tile (``_q8t_block``: the joins put byte i = p // 4 of the block's 8,
+    plane j = 2 * (p % 2) + (p // 2) % 2 there) as (plane, byte) ``[32]`` each: x's byte for p sits at plane j's
+    words of the block, byte i."""
+    p = tl.arange(0, 32)
+    return 2 * (p % 2) + (p // 2) % 2, p // 4
+
+
+@triton.jit
+def _q8t_chunk(wbytes, brow, c, live, CH: tl.constexpr):
+    """The weight bytes ``[BLOCK_N, 8]`` of chunk ``c``'s CH (1, 2 or 4) activation blocks (unused ones: the
+    first again, not loaded), all masked off unless ``live``."""
+    b0 = tl.load(wbytes + brow + (c * CH) * 8, mask=live, other=0, eviction_policy="evict_first")
+    b1 = b0
+    b2 = b0
+    b3 = b0
+    if CH > 1:
+        b1 = tl.load(wbytes + brow + (c * CH + 1) * 8, mask=live, other=0, eviction_policy="evict_first")
+    if CH > 2:
+        b2 = tl.load(wbytes + brow + (c * CH + 2) * 8, mask=live, other=0, eviction_policy="evict_first")
+        b3 = tl.load(wbytes + brow + (c * CH + 3) * 8, mask=live, other=0, eviction_policy="evict_first")
+    return b0, b1, b2, b3
+
+
+@triton.jit
+def _q8t_chunk_dot(b0, b1, b2, b3, q_ptr, xbytes, xoff, xmask, xrow, m_mask, c, KW, CH: tl.constexpr,
+                   X_ON_M: tl.constexpr, USE_ASM: tl.constexpr):
+    """A chunk's CH blocks: ``sum_blocks (sum (c - 1) q) * x scale``, fp32 in the accumulator's orientation
+    (the weight scale is one per chunk, applied by the caller). A block's two per-word x sums are one 8-byte
+    load."""
+    if X_ON_M:
+        acc = tl.zeros([xrow.shape[0], b0.shape[0]], tl.float32)
+    else:
+        acc = tl.zeros([b0.shape[0], xrow.shape[0]], tl.float32)
+    q64 = q_ptr.to(tl.pointer_type(tl.int64))
+    for j in tl.static_range(CH):
+        blk = c * CH + j
+        if j == 0:
+            wb = b0
+        elif j == 1:
+            wb = b1
+        elif j == 2:
+            wb = b2
+        else:
+            wb = b3
+        xb = tl.load(xbytes + xoff + blk * 8, mask=xmask, other=0)
+        xs = tl.load(q_ptr + xrow + 4 * KW + 2 * blk, mask=m_mask, other=0).to(tl.float32, bitcast=True)
+        sums = tl.load(q64 + (xrow + 5 * KW + 2 * blk) // 2, mask=m_mask, other=0)  # words 2 blk, 2 blk + 1
+        xneg = 0 - ((sums << 32) >> 32).to(tl.int32) - (sums >> 32).to(tl.int32)
+        part = _q8t_block(wb, xb, xneg, X_ON_M, USE_ASM).to(tl.float32)
+        if X_ON_M:
+            acc += part * xs[:, None]
+        else:
+            acc += part * xs[None, :]
+    return acc
+
+
+@triton.jit
+def _gemv_q8t_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    part_ptr, cnt_ptr,
+    M, N, KW, NG,
+    WPG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    X_ON_M: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr, USE_ASM: tl.constexpr,
+    USE_GDC: tl.constexpr,
+):
+    """Batched W2A8 mat-vec on int8 tensor cores (continuous batching, 2-64 rows): each program takes BLOCK_N
+    weight rows and every row of the int8 x (``_quant_x_kernel``'s planes, the same input as
+    ``q8``/``q8p``/``q8m``), one activation block (32 weights, one x scale) per MMA.
+
+    Why: the per-row int8 kernels spend a ``dp4a`` per 4 weights per row, so 8-16 rows are ALU-bound; here a
+    weight byte is decoded once (its four code planes, two instructions per four bytes) for all rows, and the
+    multiply-adds go to the tensor cores. Per block: ``sum c q`` in int32 (the MMA's accumulator starts at minus
+    the block's x sum, since codes are t + 1: exact), times the block's x scale in fp32; per chunk of up to 4
+    blocks (inside one weight group), times the weight scale. The next chunk's weight bytes are loaded before
+    this one is computed. X_ON_M puts x on the MMA's M side (16 rows = one mma.sync tile; a thread then holds
+    2 x rows, so fewer per-block x scale loads), else the weights ("swap AB", warp-group MMAs from 64 weight
+    rows). Split-K partials are reduced in the same launch by the last program to arrive."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    BPG: tl.constexpr = WPG // 2  # activation blocks per weight group
+    CH: tl.constexpr = min(BPG, 4)  # blocks per chunk (one weight scale)
+    offs_m = tl.arange(0, BLOCK_M)
+    m_mask = offs_m < M
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    n_ch = NG * (BPG // CH)
+    per_split = tl.cdiv(n_ch, SPLIT_K)
+    c0 = pid_k * per_split
+    c1 = tl.minimum(c0 + per_split, n_ch)
+    wbytes = w_ptr.to(tl.pointer_type(tl.int8))
+    wbytes2 = w2_ptr.to(tl.pointer_type(tl.int8))
+    xbytes = q_ptr.to(tl.pointer_type(tl.int8))
+    brow = offs_n[:, None] * (KW * 4) + tl.arange(0, 8)[None, :]  # a block's 8 weight bytes per row
+    plane, byte = _q8t_x_order()
+    # x byte of K position p, row m, block 0: plane j's words start at 4 * (m * 7 * KW + j * KW)
+    if X_ON_M:
+        xoff = (offs_m[:, None] * (7 * KW) + plane[None, :] * KW) * 4 + byte[None, :]
+        xmask = m_mask[:, None]
+    else:
+        xoff = (offs_m[None, :] * (7 * KW) + plane[:, None] * KW) * 4 + byte[:, None]
+        xmask = m_mask[None, :]
+    xrow = offs_m * (7 * KW)
+    # the first chunk's weights do not depend on the previous kernel: in flight before the PDL wait
+    live = (offs_n < tl.where(c0 < c1, N, 0))[:, None]
+    b0, b1, b2, b3 = _q8t_chunk(wbytes, brow, c0, live, CH)
+    d0, d1, d2, d3 = b0, b1, b2, b3
+    if DUAL:
+        d0, d1, d2, d3 = _q8t_chunk(wbytes2, brow, c0, live, CH)
+    gdc_wait(USE_GDC)
+    if X_ON_M:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+    acc2 = acc
+    for c in range(c0, c1):
+        nxt = (offs_n < tl.where(c + 1 < c1, N, 0))[:, None]
+        n0, n1, n2, n3 = _q8t_chunk(wbytes, brow, c + 1, nxt, CH)
+        e0, e1, e2, e3 = n0, n1, n2, n3
+        if DUAL:
+            e0, e1, e2, e3 = _q8t_chunk(wbytes2, brow, c + 1, nxt, CH)
+        g = (c * CH) // BPG
+        ws = _group_scale(s_ptr, offs_n, n_mask, NG, g)
+        part = _q8t_chunk_dot(b0, b1, b2, b3, q_ptr, xbytes, xoff, xmask, xrow, m_mask, c, KW, CH, X_ON_M, USE_ASM)
+        if X_ON_M:
+            acc += part * ws[None, :]
+        else:
+            acc += part * ws[:, None]
+        if DUAL:
+            ws2 = _group_scale(s2_ptr, offs_n, n_mask, NG, g)
+            part = _q8t_chunk_dot(d0, d1, d2, d3, q_ptr, xbytes, xoff, xmask, xrow, m_mask, c, KW, CH, X_ON_M,
+                                  USE_ASM)
+            if X_ON_M:
+                acc2 += part * ws2[None, :]
+            else:
+                acc2 += part * ws2[:, None]
+        b0, b1, b2, b3 = n0, n1, n2, n3
+        d0, d1, d2, d3 = e0, e1, e2, e3
+
+    if X_ON_M:  # [BLOCK_N, BLOCK_M] from here on, as the epilogue takes it (one transpose per program)
+        acc = tl.trans(acc)
+        acc2 = tl.trans(acc2)
+    mask = n_mask[:, None] & m_mask[None, :]
+    if SPLIT_K > 1:
+        NP = 2 * N if DUAL else N
+        pbase = part_ptr + pid_k * M * NP + offs_m[None, :] * NP + offs_n[:, None]
+        tl.store(pbase, acc, mask=mask)
+        if DUAL:
+            tl.store(pbase + N, acc2, mask=mask)
+        tl.debug_barrier()
+        arrived = tl.atomic_add(cnt_ptr + pid_n, 1)
+        if arrived == SPLIT_K - 1:
+            acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+            acc2 = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
+            for sp in tl.static_range(SPLIT_K):
+                pb = part_ptr + sp * M * NP + offs_m[None, :] * NP + offs_n[:, None]
+                acc += tl.load(pb, mask=mask, other=0.0, cache_modifier=".cg")
+                if DUAL:
+                    acc2 += tl.load(pb + N, mask=mask, other=0.0, cache_modifier=".cg")
+            _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+            tl.atomic_xchg(cnt_ptr + pid_n, 0)
+    else:
+        _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+
+
+@triton.jit
 def _gemv_dot_kernel(
     x_ptr, stride_xm, nw_ptr,
     w_ptr, s_ptr, w2_ptr, s2_ptr,
@@ -934,7 +1139,9 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
             part, cnt, m, n, kw, k // g)
     common = dict(WPG=g // 16, BLOCK_N=bn, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
                   USE_ASM=not INTERPRET, num_warps=warps, **gdc)
-    if kind == "q8c":  # chunks of 4 words (64 weights)
+    if kind == "q8t":  # int8 tensor cores: every row (up to 64) per program, M padded to 16
+        _gemv_q8t_kernel[(n_tiles, sk)](*args, BLOCK_M=max(16, triton.next_power_of_2(m)), X_ON_M=bk == 1, **common)
+    elif kind == "q8c":  # chunks of 4 words (64 weights)
         bc = max(1, bk // 64)
         _gemv_q8c_kernel[(n_tiles, m, sk)](*args, BLOCK_C=bc, EVEN_K=(kw // 4) % bc == 0, **common)
     elif persistent:  # the third field is programs per SM, not a K split
@@ -995,9 +1202,12 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         # a layout it cannot read (odd bytes per group, e.g. G = 64): the exact t3 kernel
         cfg = _INTERPRET_GEMV if INTERPRET else _GEMV_CANDIDATES[0]
         cfg = (cfg[0], max(min(cfg[1], triton.next_power_of_2(k)), g), cfg[2], cfg[3])
-    if cfg[0] in ("q8", "q8c", "q8p", "q8m"):
+    if cfg[0] in ("q8", "q8c", "q8p", "q8m", "q8t"):
         if cfg[0] == "q8m" and (cfg[2] != 0 or x2.shape[0] > Q8M_MAX_ROWS):
             raise ValueError(f"the batched int8 mat-vec takes whole rows (BLOCK_K 0) and at most {Q8M_MAX_ROWS} rows")
+        if cfg[0] == "q8t" and (cfg[1] < 16 or cfg[2] not in (0, 1) or x2.shape[0] > Q8M_MAX_ROWS):
+            raise ValueError(f"the int8 tensor-core mat-vec takes tiles of at least 16 rows and at most "
+                             f"{Q8M_MAX_ROWS} rows of x")
         if encoding != T2:
             raise ValueError("the int8-activation mat-vec handles t2 weights")
         if cfg[0] == "q8c" and g < 64:
@@ -1092,11 +1302,13 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
             return m * triton.cdiv(n, c[1]) >= 64
         if c[0] == "q8m":
             return 1 < m <= Q8M_MAX_ROWS and triton.cdiv(n, c[1]) >= 64
+        if c[0] == "q8t":
+            return 1 < m <= Q8M_MAX_ROWS and c[3] <= k // g and triton.cdiv(n, c[1]) * c[3] >= 64
         return c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64
 
     if int8:
         cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES
-                  + _Q8M_CANDIDATES if fits(c)]
+                  + _Q8M_CANDIDATES + _Q8T_CANDIDATES if fits(c)]
     if q3:
         kw3 = (k // g) * t3_bytes_per_group(g) // 4
         cands += [c for c in _Q3_CANDIDATES if c[3] <= triton.cdiv(kw3, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
@@ -1112,7 +1324,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
                 continue
             cands.append((bn, bk, sk, warps))
     if flags.value("TERNARY_KERNELS_TUNE") != "full":
-        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT + _QUICK_Q8M if m > 1 else [])
+        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT + _QUICK_Q8M + _Q8T_CANDIDATES if m > 1 else [])
         cands = [c for c in cands if c in quick] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]

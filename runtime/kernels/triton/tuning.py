@@ -77,6 +77,11 @@ _Q8M_CANDIDATES = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1
 # rows, 2-row ones gate_up; the 12288-wide down projection wanted more warps (it spilled at 2)
 _QUICK_Q8M = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1), ("q8m", 4, 0, 4, 2),
               ("q8m", 2, 0, 8, 4), ("q8m", 4, 0, 4, 4)]
+# batched decode on int8 tensor cores (2-64 rows, M padded to 16): ("q8t", BLOCK_N, X_ON_M, SPLIT_K, warps); the
+# third field 1 puts x on the MMA's M side (mma.sync tiles), 0 the weights (warp-group MMAs from 64 weight rows).
+# Every candidate is in the quick set
+_Q8T_CANDIDATES = [("q8t", 64, 0, 1, 4), ("q8t", 64, 0, 2, 4), ("q8t", 128, 0, 1, 4), ("q8t", 128, 0, 2, 8),
+                   ("q8t", 64, 1, 1, 4), ("q8t", 64, 1, 2, 4), ("q8t", 128, 1, 1, 4), ("q8t", 32, 1, 2, 2)]
 # the full-tune winners for Bonsai-8B shapes first: small programs, many loads in flight
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4),
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
