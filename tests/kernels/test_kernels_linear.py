@@ -213,9 +213,15 @@ def test_kernels_matvec_q8p_whole_row_with_a_masked_tail(cfg: tuple) -> None:
     of 8 whose last word pair is masked; plain, SwiGLU with fused norm, residual; 18 rows = 9 / 3 tiles over
     3 / 9 programs."""
     n, k, g, m = 18, 352, 32, 2
-    codes, scales = make_weight(n, k, g, "t2", seed=41)
-    up_codes, up_scales = make_weight(n, k, g, "t2", seed=42)
-    x = torch.randn(m, k)
+    check_int8_matvec(torch.randn(m, k), n, g, 41, cfg)
+
+
+def check_int8_matvec(x: torch.Tensor, n: int, g: int, seed: int, cfg: tuple) -> None:
+    """An int8-activation mat-vec config == the fp32 reference on int8-rounded x: plain (into a poisoned
+    output), SwiGLU with a fused RMSNorm, and an in-place residual update."""
+    m, k = x.shape
+    codes, scales = make_weight(n, k, g, "t2", seed=seed)
+    up_codes, up_scales = make_weight(n, k, g, "t2", seed=seed + 1)
     xq = ref.ref_int8_activations(x)
     y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((m, n), torch.float32), config=cfg)
     assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
@@ -240,23 +246,12 @@ def test_kernels_int8_tensor_core_matvec(rows: int, cfg: tuple, g: int) -> None:
     rows pad the MMA to 32; G = 32 is one activation block per group; both orientations (x or the weights on
     the MMA's M side). Refuses tiles under 16, an unknown orientation and 65 rows."""
     n, k = 40, 384
-    codes, scales = make_weight(n, k, g, "t2", seed=61)
-    up_codes, up_scales = make_weight(n, k, g, "t2", seed=62)
     # seeded: an x value on an exact rounding tie makes every int8 kernel (q8p too) differ from the reference's
     # quantiser by ~5e-4 (seen once in 280 random draws)
     x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
     x[0, :32] = 0.0  # an all-zero activation block: scale 0
-    xq = ref.ref_int8_activations(x)
-    y = matvec.ternary_matvec(x, codes, scales, g, out=poisoned((rows, n), torch.float32), config=cfg)
-    assert rel(y, ref.ref_ternary_matmul(xq, codes, scales, g)) < 1e-5
-    nw = torch.randn(k) * 0.1 + 1
-    y = matvec.swiglu_matvec(x, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw, config=cfg)
-    hq = ref.ref_int8_activations(ref.ref_rmsnorm(x, nw, 1e-6))
-    assert rel(y, ref.ref_swiglu_matvec(hq, codes, scales, up_codes, up_scales, g)) < 1e-5
-    resid = torch.randn(rows, n)
-    e = ref.ref_ternary_matmul(xq, codes, scales, g, residual=resid)
-    matvec.ternary_matvec(x, codes, scales, g, out=resid, residual=resid, config=cfg)
-    assert rel(resid, e) < 1e-5
+    check_int8_matvec(x, n, g, 61, cfg)
+    codes, scales = make_weight(n, k, g, "t2", seed=61)
     with pytest.raises(ValueError, match="at least 16 rows"):
         matvec.ternary_matvec(x, codes, scales, g, config=("q8t", 8, 0, 1, 4))
     with pytest.raises(ValueError, match="at least 16 rows"):

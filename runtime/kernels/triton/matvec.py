@@ -905,27 +905,8 @@ def _gemv_q8t_kernel(
     if X_ON_M:  # [BLOCK_N, BLOCK_M] from here on, as the epilogue takes it (one transpose per program)
         acc = tl.trans(acc)
         acc2 = tl.trans(acc2)
-    mask = n_mask[:, None] & m_mask[None, :]
-    if SPLIT_K > 1:
-        NP = 2 * N if DUAL else N
-        pbase = part_ptr + pid_k * M * NP + offs_m[None, :] * NP + offs_n[:, None]
-        tl.store(pbase, acc, mask=mask)
-        if DUAL:
-            tl.store(pbase + N, acc2, mask=mask)
-        tl.debug_barrier()
-        arrived = tl.atomic_add(cnt_ptr + pid_n, 1)
-        if arrived == SPLIT_K - 1:
-            acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-            acc2 = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-            for sp in tl.static_range(SPLIT_K):
-                pb = part_ptr + sp * M * NP + offs_m[None, :] * NP + offs_n[:, None]
-                acc += tl.load(pb, mask=mask, other=0.0, cache_modifier=".cg")
-                if DUAL:
-                    acc2 += tl.load(pb + N, mask=mask, other=0.0, cache_modifier=".cg")
-            _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
-            tl.atomic_xchg(cnt_ptr + pid_n, 0)
-    else:
-        _dot_epilogue(acc, acc2, offs_m, offs_n, mask, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+    _dot_finish(acc, acc2, offs_m, offs_n, m_mask, n_mask, pid_n, pid_k, M, N, part_ptr, cnt_ptr, r_ptr, stride_rm,
+                y_ptr, stride_ym, SPLIT_K, DUAL, RESIDUAL)
 
 
 @triton.jit
@@ -992,6 +973,16 @@ def _gemv_dot_kernel(
             acc2 += (_dot_group(cur2, xv, IEEE, PAIRS, USE_ASM, BLOCK_N, G)
                      * _group_scale(s2_ptr, offs_n, n_mask, NG, g)[:, None])
 
+    _dot_finish(acc, acc2, offs_m, offs_n, m_mask, n_mask, pid_n, pid_k, M, N, part_ptr, cnt_ptr, r_ptr, stride_rm,
+                y_ptr, stride_ym, SPLIT_K, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _dot_finish(acc, acc2, offs_m, offs_n, m_mask, n_mask, pid_n, pid_k, M, N, part_ptr, cnt_ptr, r_ptr, stride_rm,
+                y_ptr, stride_ym, SPLIT_K: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    """A tensor-core mat-vec program's ``[BLOCK_N, BLOCK_M]`` results to y: straight through the epilogue, or with
+    split-K as a partial that the last program to arrive at the tile's counter sums in split order (deterministic)
+    before the epilogue, resetting the counter."""
     mask = n_mask[:, None] & m_mask[None, :]
     if SPLIT_K > 1:
         NP = 2 * N if DUAL else N
@@ -1002,10 +993,10 @@ def _gemv_dot_kernel(
         tl.debug_barrier()
         arrived = tl.atomic_add(cnt_ptr + pid_n, 1)
         if arrived == SPLIT_K - 1:
-            acc = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-            acc2 = tl.zeros([BLOCK_N, BLOCK_M], tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                pb = part_ptr + s * M * NP + offs_m[None, :] * NP + offs_n[:, None]
+            acc = tl.zeros(acc.shape, tl.float32)
+            acc2 = tl.zeros(acc.shape, tl.float32)
+            for sp in tl.static_range(SPLIT_K):
+                pb = part_ptr + sp * M * NP + offs_m[None, :] * NP + offs_n[:, None]
                 acc += tl.load(pb, mask=mask, other=0.0, cache_modifier=".cg")
                 if DUAL:
                     acc2 += tl.load(pb + N, mask=mask, other=0.0, cache_modifier=".cg")
