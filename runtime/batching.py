@@ -71,6 +71,14 @@ def slot_cache_bytes(model: Any, slots: int, context: int) -> int:
     return slots * context * per_pos
 
 
+def full_batch_rate(step_log: list[tuple[float, int]], rows: int) -> tuple[float, list[float]]:
+    """Tokens per second over the logged steps that ran ``rows`` rows (``BatchDecoder.step_log``), and those
+    steps' hand-out times: llama-batched-bench's S_TG definition (every sequence decoding, prefills done)."""
+    full = [t for t, n in step_log if n == rows]
+    rate = rows * (len(full) - 1) / (full[-1] - full[0]) if len(full) > 2 else 0.0
+    return rate, full
+
+
 @dataclass
 class _Request:
     prompt_ids: list[int]

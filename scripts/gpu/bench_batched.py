@@ -55,6 +55,8 @@ def run_stream(engine, prompt, settings, out: dict) -> None:
 
 
 def round_of(engine, prompts, settings) -> dict:
+    from runtime.batching import full_batch_rate
+
     outs = [{} for _ in prompts]
     threads = [threading.Thread(target=run_stream, args=(engine, p, settings, o)) for p, o in zip(prompts, outs, strict=False)]
     batch = engine.batch
@@ -70,8 +72,7 @@ def round_of(engine, prompts, settings) -> dict:
     steps = batch.steps - steps0
     batch.step_log = None
     # the steps that ran every stream (what llama-batched-bench's S_TG times: all B sequences decoding together)
-    full = [t for t, rows in log_ if rows == len(prompts)]
-    full_rate = len(prompts) * (len(full) - 1) / (full[-1] - full[0]) if len(full) > 2 else 0.0
+    full_rate, full = full_batch_rate(log_, len(prompts))
     return {"aggregate_tok_s": after_first / (last - first), "full_batch_tok_s": full_rate, "full_steps": len(full),
             "sum_stream_tok_s": sum(o["decode_tok_s"] for o in outs),
             "ttft_ms_median": 1e3 * statistics.median(o["ttft_s"] for o in outs),

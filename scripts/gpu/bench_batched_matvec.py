@@ -3,10 +3,11 @@
 Usage (GPU machine, repo root): ``python3 scripts/gpu/bench_batched_matvec.py --model bonsai-8b --out OUT.json``
 
 Why: continuous batching runs each layer's mat-vecs on all running rows at once. The int8 ``dp4a`` variants
-decode every weight once per row, the tensor-core ``dot`` variant and the batched int8 ``q8m`` once per
-program for all rows, so which is faster depends on the rows; this times them side by side on one GPU. Each
+decode every weight once per row, the tensor-core ``dot``/``q8t`` variants and the batched int8 ``q8m`` once
+per program for all rows, so which is faster depends on the rows; this times them side by side on one GPU. Each
 config is timed by the tuner's own ``_bench`` (CUDA graphs, cold L2, median of 5). Also checked: every timed
-``dot`` and ``q8m`` config's output against the fp32 reference (largest relative error printed). One JSON line per (shape, rows) on stdout; the list to ``--out``.
+``dot``, ``q8m`` and ``q8t`` config's output against the fp32 reference (largest relative error printed). One
+JSON line per (shape, rows) on stdout; the list to ``--out``.
 """
 
 from __future__ import annotations

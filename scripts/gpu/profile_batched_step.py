@@ -56,8 +56,8 @@ def time_replays(fn, reps: int = 20) -> float:
 
 def family(name: str) -> str:
     n = name.lower()
-    for key, fam in (("q8t", "matvec q8t"), ("q8m", "matvec q8m"), ("q8p", "matvec q8p"), ("q8c", "matvec q8c"), ("gemv_q8", "matvec q8"),
-                     ("dot", "matvec dot"), ("gemv", "matvec other"), ("quant_x", "quantise x"),
+    for key, fam in (("q8t", "matvec q8t"), ("q8m", "matvec q8m"), ("q8p", "matvec q8p"), ("q8c", "matvec q8c"),
+                     ("gemv_q8", "matvec q8"), ("dot", "matvec dot"), ("gemv", "matvec other"), ("quant_x", "quantise x"),
                      ("attention", "attention"), ("attn", "attention"), ("merge", "attention"),
                      ("rope", "qk-norm/rope/kv write"), ("sample", "sampling"), ("embed", "embedding")):
         if key in n:
@@ -90,6 +90,7 @@ def kernel_profile(batch, bucket: int, iters: int = 5) -> dict:
 
 
 def main() -> int:
+    from runtime.batching import full_batch_rate
     from runtime.engine import Engine
     from runtime.generation import DoneEvent, GenerationSettings
     from runtime.synthetic import synthetic_model
@@ -158,8 +159,7 @@ def main() -> int:
                 th.join()
             first, last = min(o["first"] for o in outs), max(o["end"] for o in outs)
             window = sum(o["tokens"] - 1 for o in outs) / (last - first)
-            full = [t for t, rows in stamps if rows == n]
-            full_rate = n * (len(full) - 1) / (full[-1] - full[0]) if len(full) > 2 else 0.0
+            full_rate, full = full_batch_rate(stamps, n)
             gaps = [b - a_ for a_, b in zip(full, full[1:], strict=False)]
             if i == 0:
                 continue

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import runtime.kernels.triton.backend  # noqa: F401  (registers the "triton" linear backend)
-from runtime.batching import BatchDecoder, buckets
+from runtime.batching import BatchDecoder, buckets, full_batch_rate
 from runtime.engine import Engine
 from runtime.errors import ContextOverflowError
 from runtime.generation import CancelToken, DoneEvent, GenerationSettings, TextEvent, TokenEvent
@@ -243,3 +243,14 @@ def test_server_runs_requests_together_on_a_batching_engine(single, batched) -> 
         assert handle.stats().requests_served == 6
     finally:
         handle.stop()
+
+
+def test_full_batch_rate_counts_only_steps_that_ran_every_row() -> None:
+    """The full-batch rate (llama-batched-bench's S_TG definition) uses the steps that ran all rows: 4 rows, steps
+    at 1.00, 1.01, 1.02, 1.03 s -> 3 intervals of 4 tokens in 0.03 s; ramp steps with fewer rows are left out; too
+    few full steps give 0."""
+    log = [(0.5, 1), (0.9, 3), (1.00, 4), (1.01, 4), (1.02, 4), (1.03, 4), (1.05, 2)]
+    rate, times = full_batch_rate(log, 4)
+    assert times == [1.00, 1.01, 1.02, 1.03]
+    assert abs(rate - 4 * 3 / 0.03) < 1e-6
+    assert full_batch_rate(log, 3) == (0.0, [0.9])
