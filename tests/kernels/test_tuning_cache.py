@@ -54,7 +54,7 @@ def test_shipped_configs_are_known_candidates():
     would otherwise only fail on that GPU, at that shape)."""
     gemv = set(tuning._GEMV_CANDIDATES + tuning._XP_CANDIDATES + tuning._X3_CANDIDATES + tuning._DOT_CANDIDATES
                + tuning._Q8_CANDIDATES + tuning._Q8C_CANDIDATES + tuning._Q8P_CANDIDATES
-               + tuning._Q3_CANDIDATES)
+               + tuning._Q3_CANDIDATES + tuning._Q8M_CANDIDATES + tuning._Q8T_CANDIDATES)
     files = sorted(tuning.TUNED_DIR.glob("*.json"))
     assert files
     for f in files:
@@ -62,8 +62,12 @@ def test_shipped_configs_are_known_candidates():
             kind = key.split("|")[0]
             if kind == "gemv":
                 assert tuple(cfg) in gemv, (f.name, key, cfg)
-                if key.endswith("|a8"):
-                    assert cfg[0] in ("q8", "q8c", "q8p", "q3"), (f.name, key, cfg)
+                rows = int(key.split("|")[1])
+                if key.endswith("|a8"):  # int8 x; several rows (a batched step) may also take the 16-bit MMA path
+                    allowed = ("q8", "q8c", "q8p", "q3") + (("q8m", "q8t", "dot", "dotp") if rows > 1 else ())
+                    assert cfg[0] in allowed, (f.name, key, cfg)
+                if cfg[0] in ("q8m", "q8t"):
+                    assert rows > 1, (f.name, key, cfg)
             else:
                 assert kind == "prefill", (f.name, key)
                 assert cfg[0] == "dequant" or tuple(cfg[1]) in tuning._MM_CANDIDATES, (f.name, key, cfg)

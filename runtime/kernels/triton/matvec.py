@@ -755,9 +755,10 @@ def _q8t_block(wb, xb, xneg, X_ON_M: tl.constexpr, USE_ASM: tl.constexpr):
     p0, p1, p2, p3 = _q8t_planes(wb, USE_ASM)
     a = tl.reshape(tl.join(tl.join(p0, p1), tl.join(p2, p3)), [wb.shape[0], 32])
     if X_ON_M:
-        out = tl.dot(xb, tl.trans(a), tl.zeros([xb.shape[0], wb.shape[0]], tl.int32) + xneg[:, None])
-    else:
-        out = tl.dot(a, xb, tl.zeros([wb.shape[0], xb.shape[1]], tl.int32) + xneg[None, :])
+        out = tl.dot(xb, tl.trans(a), tl.zeros([xb.shape[0], wb.shape[0]], tl.int32) + xneg[:, None],
+                     out_dtype=tl.int32)
+    else:  # out_dtype: Triton 3.6 asserts that an int32 accumulator matches it (its default is float32)
+        out = tl.dot(a, xb, tl.zeros([wb.shape[0], xb.shape[1]], tl.int32) + xneg[None, :], out_dtype=tl.int32)
     return out
 
 
@@ -1315,7 +1316,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
                 continue
             cands.append((bn, bk, sk, warps))
     if flags.value("TERNARY_KERNELS_TUNE") != "full":
-        # q8t is timed only under TERNARY_KERNELS_TUNE=full until it has been timed on a GPU (docs/kernels.md)
+        # q8t is timed only under TERNARY_KERNELS_TUNE=full: slower than q8m/dotp on the H100 (docs/kernels.md)
         quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT + _QUICK_Q8M if m > 1 else [])
         cands = [c for c in cands if c in quick] or cands
     if not cands:

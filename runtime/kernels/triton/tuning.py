@@ -79,8 +79,8 @@ _QUICK_Q8M = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1), ("
               ("q8m", 2, 0, 8, 4), ("q8m", 4, 0, 4, 4)]
 # batched decode on int8 tensor cores (2-64 rows, M padded to 16): ("q8t", BLOCK_N, X_ON_M, SPLIT_K, warps); the
 # third field 1 puts x on the MMA's M side (mma.sync tiles), 0 the weights (warp-group MMAs from 64 weight rows).
-# Written without a GPU (interpreter-tested, compiled for sm_90 offline): timed only under TERNARY_KERNELS_TUNE=full
-# until a GPU run has measured it
+# Timed on the H100 (docs/kernels.md): 1.6-4.2x slower than the best q8m or dotp config at every 8B shape at 8 and 16 rows,
+# so timed only under TERNARY_KERNELS_TUNE=full
 _Q8T_CANDIDATES = [("q8t", 64, 0, 1, 4), ("q8t", 64, 0, 2, 4), ("q8t", 128, 0, 1, 4), ("q8t", 128, 0, 2, 8),
                    ("q8t", 64, 1, 1, 4), ("q8t", 64, 1, 2, 4), ("q8t", 128, 1, 1, 4), ("q8t", 32, 1, 2, 2)]
 # the full-tune winners for Bonsai-8B shapes first: small programs, many loads in flight
