@@ -2,7 +2,8 @@
 
 Why: the Triton interpreter runs a kernel's Python, not its compilation, so inline PTX, dot layouts and
 constexpr typing errors surface only on a GPU. Triton ships ``ptxas``, so every launch config of the
-tensor-core mat-vec (``dot``/``dotp``), two of the batched int8 mat-vec (``q8m``) and the many-row greedy sampler
+tensor-core mat-vec (``dot``/``dotp``), two of the batched int8 mat-vecs ``q8m`` and ``q8w`` each, and the many-row
+greedy sampler
 are compiled here to SASS, in a
 subprocess without ``TRITON_INTERPRET`` (under it ``@triton.jit`` makes interpreter functions)."""
 
@@ -20,7 +21,7 @@ _COMPILE = """
 import json
 import triton
 from triton.backends.compiler import GPUTarget
-from runtime.kernels.triton.matvec import _gemv_dot_kernel, _gemv_q8m_kernel
+from runtime.kernels.triton.matvec import _gemv_dot_kernel, _gemv_q8m_kernel, _gemv_q8w_kernel
 from runtime.kernels.triton.sampling import _decoder_sample_kernel
 from runtime.kernels.triton.tuning import _DOT_CANDIDATES
 
@@ -53,6 +54,14 @@ for bn, warps, bw, tail, dual, resid in ((4, 1, 256, 0, True, False), (4, 2, 512
     asm = build(_gemv_q8m_kernel, q8m, c, warps)
     out.append({"cfg": ["q8m", bn, warps, dual], "sass": len(asm.get("cubin", b"")) > 0, "pair_fma": 0,
                 "dp4a": asm["ptx"].count("dp4a")})
+for warps, nt, dual in ((4, 1, True), (8, 2, False)):
+    c = dict(WPG=8, NT=nt, WARPS=warps, DUAL=dual, RESIDUAL=not dual, USE_ASM=True, USE_GDC=True)
+    asm = build(_gemv_q8w_kernel, q8m, c, warps)
+    ptx = asm["ptx"]
+    loop = ptx[ptx.index("mma.sync"):ptx.rindex("mma.sync")]  # the group loop's body, first MMA to last
+    out.append({"cfg": ["q8w", warps, nt, dual], "sass": len(asm.get("cubin", b"")) > 0, "pair_fma": 0,
+                "mma": ptx.count("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32"),
+                "shared_in_loop": loop.count(".shared"), "sync_in_loop": loop.count("bar.sync")})
 smp = dict(logits_ptr=p("bf16"), seen_ptr=p("i1"), counts_ptr=p("i32"), params_ptr=p("fp32"), out_ptr=p("fp32"),
            pval_ptr=p("fp32"), pidx_ptr=p("i32"), cnt_ptr=p("i32"), tok_ptr=p("i64"), pos_ptr=p("i64"),
            host_ptr=p("fp32"), V="i32", stride_lr="i32", stride_pr="i32")
@@ -71,9 +80,17 @@ def test_batched_decode_kernels_compile_for_sm90() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(res) >= 2 * 10 + 1 and all(r["sass"] for r in res), res
-    for r in res[:-1]:  # "dotp" decodes pairs with the packed FMA (bf16 x here); "dot" never does
+    for r in res[:-1]:
+        if r["cfg"][0] == "q8w":
+            continue  # "dotp" decodes pairs with the packed FMA (bf16 x here); "dot" never does
         assert (r["pair_fma"] > 0) == (r["cfg"][0] == "dotp"), r
     # q8m: the row loop stays a loop (one row's dp4a in the body: 4 per weight word of a thread, both matrices
     # when DUAL), not unrolled over the batch
     q8m = [r for r in res if r["cfg"][0] == "q8m"]
     assert len(q8m) == 2 and all(0 < r["dp4a"] <= 512 for r in q8m), q8m
+    # q8w: one MMA per 32-weight block of a scale group (4 at G = 128), per
+    # matrix and per 8 rows of x, unrolled once per group; its fragments come from registers, so the loop body
+    # has no shared-memory traffic and no barrier (q8t's tl.dot staged every block through shared memory)
+    q8w = {tuple(r["cfg"][1:]): r for r in res if r["cfg"][0] == "q8w"}
+    assert q8w[(4, 1, True)]["mma"] == 4 * 2 and q8w[(8, 2, False)]["mma"] == 4 * 2, q8w
+    assert all(r["shared_in_loop"] == 0 and r["sync_in_loop"] == 0 for r in q8w.values()), q8w

@@ -260,6 +260,24 @@ def test_kernels_int8_tensor_core_matvec(rows: int, cfg: tuple, g: int) -> None:
         matvec.ternary_matvec(torch.randn(65, k), codes, scales, g, config=cfg)
 
 
+@pytest.mark.parametrize(("rows", "warps", "g"), [(2, 1, 128), (8, 2, 64), (9, 4, 32), (16, 2, 128), (5, 8, 64)])
+def test_kernels_register_fed_int8_tensor_core_matvec(rows: int, warps: int, g: int) -> None:
+    """q8w (one mma.sync per 16 weight rows x 32 weights x 8 rows of x, its fragments taken straight from the t2
+    words and the quantiser's x planes; the MMA emulated from those fragments in the interpreter) == the fp32
+    reference on int8-rounded x: plain, SwiGLU with a fused norm, residual. 40 weight rows: a masked third tile;
+    9-16 rows use a second MMA column; 8 warps over 3 scale groups leave warps idle; G = 32 is one block per
+    group. Refuses one row, 17 rows and a tile other than 16."""
+    n, k = 40, 384
+    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(300 + rows))  # no rounding tie (see above)
+    x[0, :32] = 0.0  # an all-zero activation block: scale 0
+    cfg = ("q8w", 16, 0, 1, warps)
+    check_int8_matvec(x, n, g, 71, cfg)
+    codes, scales = make_weight(n, k, g, "t2", seed=71)
+    for bad_x, bad_cfg in ((x[:1], cfg), (torch.randn(17, k), cfg), (x, ("q8w", 32, 0, 1, warps))):
+        with pytest.raises(ValueError, match="register-fed"):
+            matvec.ternary_matvec(bad_x, codes, scales, g, config=bad_cfg)
+
+
 @pytest.mark.parametrize("rows", [3, 16])
 def test_kernels_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None:
     """q8m (every row of x per program, the batched decode step's mat-vec) gives each row bit for bit what the

@@ -74,10 +74,10 @@ def test_kernel_waits_before_it_writes(name):
     first_wait = min(waits)
     writes = [(ln, c) for ln, c in calls if c in ("store", "atomic_add", "atomic_xchg", "atomic_cas") and ln < first_wait]
     assert not writes, f"{name} writes before its PDL wait: {writes}"
-    # before the wait only weights may be read (helpers _first_tile, _q8p_tile, _q8t_chunk, _norm_weights), or
-    # data that only steers an L2 prefetch hint (_prefetch_kv_l2); x/state loads come after
+    # before the wait only weights may be read (helpers _first_tile, _q8p_tile, _q8t_chunk, _q8w_group_weights,
+    # _norm_weights), or data that only steers an L2 prefetch hint (_prefetch_kv_l2); x/state loads come after
     early = [(ln, c) for ln, c in calls if ln < first_wait and c == "load"]
     assert not early, f"{name} loads before its PDL wait (only the weight helpers may): {early}"
-    helpers = {"_first_tile", "_q8p_tile", "_q8t_chunk", "_norm_weights", "_prefetch_kv_l2"}
+    helpers = {"_first_tile", "_q8p_tile", "_q8t_chunk", "_q8w_group_weights", "_norm_weights", "_prefetch_kv_l2"}
     early_calls = {c for ln, c in calls if ln < first_wait and c.startswith("_")}
     assert early_calls <= helpers, f"{name} calls {early_calls - helpers} before its PDL wait"

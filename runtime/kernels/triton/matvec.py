@@ -52,6 +52,7 @@ from runtime.kernels.triton.tuning import (
     _Q8M_CANDIDATES,
     _Q8P_CANDIDATES,
     _Q8T_CANDIDATES,
+    _Q8W_CANDIDATES,
     _QUICK_DOT,
     _QUICK_GEMV,
     _QUICK_Q3,
@@ -63,6 +64,15 @@ from runtime.kernels.triton.tuning import (
 )
 
 MATVEC_MAX_M = 8  # rows of x up to which the mat-vec kernel is used
+Q8W_MAX_ROWS = 16  # rows the register-fed tensor-core mat-vec takes (two MMA columns of 8)
+
+
+def _q8w_ok(m: int, k: int, g: int, cfg: tuple, device: torch.device) -> bool:
+    """Whether ``_gemv_q8w_kernel`` can run this launch: its shapes, and int8 ``mma.sync`` on the GPU (the
+    interpreter emulates the MMA)."""
+    if not (1 < m <= Q8W_MAX_ROWS and cfg[1] == 16 and k % 32 == 0 and g in (32, 64, 128) and cfg[4] in (1, 2, 4, 8, 16)):
+        return False
+    return INTERPRET or (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8)
 Q8M_MAX_ROWS = 64  # rows the batched int8 mat-vec takes (runtime.batching.MAX_BATCH_LIMIT; its row loop is a loop)
 
 
@@ -626,6 +636,235 @@ def _gemv_q8m_kernel(
 
 
 @triton.jit
+def _mma_u8s8(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, LANES: tl.constexpr, USE_ASM: tl.constexpr):
+    """One warp-wide ``mma.sync.m16n8k32`` (unsigned 8-bit A, signed 8-bit B, int32 C) on ``[LANES]`` tensors
+    whose element ``e`` is thread ``e`` of the program (``_gemv_q8w_kernel`` checks that): each thread passes its
+    own fragment registers, as PTX lays them out — for ``g = lane // 4``, ``t = lane % 4``: A rows ``g`` (a0, a2)
+    and ``g + 8`` (a1, a3) at k ``4t..4t+3`` (a0, a1) and ``16+4t..`` (a2, a3); B column ``g`` at the same k
+    (b0, b1); C rows ``g`` (c0, c1) and ``g + 8`` (c2, c3), columns ``2t`` and ``2t + 1``. Where inline PTX cannot
+    run (the interpreter) the same product is formed from those fragments with reshapes, so a test there checks
+    the fragment bookkeeping of the kernel around it."""
+    if USE_ASM:
+        return tl.inline_asm_elementwise(
+            "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
+            "{$10, $11, $12, $13};", "=r,=r,=r,=r,r,r,r,r,r,r,r,r,r,r",
+            [a0, a1, a2, a3, b0, b1, c0, c1, c2, c3], dtype=(tl.int32, tl.int32, tl.int32, tl.int32),
+            is_pure=True, pack=1)
+    else:
+        W: tl.constexpr = LANES // 32
+        j8 = tl.arange(0, 4) * 8
+        # A: registers [lane, rh (row half), kh (k half)], bytes -> [W, g, t, rh, kh, j] -> [W, rh, g, kh, t, j]
+        ar = tl.join(tl.join(a0, a1), tl.join(a2, a3))
+        ab = (ar[:, :, :, None] >> j8[None, None, None, :]) & 0xFF
+        a = tl.reshape(tl.permute(tl.reshape(ab, [W, 8, 4, 2, 2, 4]), [0, 3, 1, 4, 2, 5]), [W, 16, 32])
+        # B: registers [lane, kh], bytes signed -> [W, g (column), t, kh, j] -> [W, kh, t, j, g]
+        bb = (tl.join(b0, b1)[:, :, None] >> j8[None, None, :]) & 0xFF
+        bb = bb - ((bb & 0x80) << 1)
+        b = tl.reshape(tl.permute(tl.reshape(bb, [W, 8, 4, 2, 4]), [0, 3, 2, 4, 1]), [W, 32, 8])
+        c = tl.sum(a[:, :, :, None] * b[:, None, :, :], axis=2)  # [W, 16 rows, 8 columns]
+        # back to fragments: [W, rh, g, t, odd] -> [W, g, t, rh, odd] -> [lane, rh, odd]
+        cf = tl.reshape(tl.permute(tl.reshape(c, [W, 2, 8, 4, 2]), [0, 2, 3, 1, 4]), [LANES, 2, 2])
+        even, odd = tl.split(cf)
+        r0e, r1e = tl.split(even)
+        r0o, r1o = tl.split(odd)
+        return c0 + r0e, c1 + r0o, c2 + r1e, c3 + r1o
+
+
+@triton.jit
+def _q8w_planes(wa, wb, sh):
+    """A fragments of 16 weight rows x one 32-weight block from the thread's words of rows g (``wa``) and g + 8
+    (``wb``): code planes ``sh / 2`` and ``sh / 2 + 1``, unsigned bytes 0..3 (codes, t + 1)."""
+    return ((wa >> sh) & 0x03030303, (wb >> sh) & 0x03030303,
+            (wa >> (sh + 2)) & 0x03030303, (wb >> (sh + 2)) & 0x03030303)
+
+
+@triton.jit
+def _q8w_group_weights(w_ptr, s_ptr, woff0, woff1, row0, row1, rm0, rm1, grp, NG, v, KBPG: tl.constexpr):
+    """Scale group ``grp``'s weights for one thread: its word of each 32-weight block (up to 4) in rows g and g + 8,
+    and the two rows' fp32 scales; nothing read past the last group (zeros)."""
+    live = grp < NG
+    m0 = rm0 & live
+    m1 = rm1 & live
+    wi = 2 * grp * KBPG + v
+    a0 = tl.load(w_ptr + woff0 + wi, mask=m0, other=0)
+    b0 = tl.load(w_ptr + woff1 + wi, mask=m1, other=0)
+    a1 = a0
+    b1 = b0
+    a2 = a0
+    b2 = b0
+    a3 = a0
+    b3 = b0
+    if KBPG > 1:
+        a1 = tl.load(w_ptr + woff0 + wi + 2, mask=m0, other=0)
+        b1 = tl.load(w_ptr + woff1 + wi + 2, mask=m1, other=0)
+    if KBPG > 2:
+        a2 = tl.load(w_ptr + woff0 + wi + 4, mask=m0, other=0)
+        b2 = tl.load(w_ptr + woff1 + wi + 4, mask=m1, other=0)
+        a3 = tl.load(w_ptr + woff0 + wi + 6, mask=m0, other=0)
+        b3 = tl.load(w_ptr + woff1 + wi + 6, mask=m1, other=0)
+    sc = tl.join(tl.load(s_ptr + row0 * NG + grp, mask=m0, other=0.0),
+                 tl.load(s_ptr + row1 * NG + grp, mask=m1, other=0.0)).to(tl.float32)
+    return a0, b0, a1, b1, a2, b2, a3, b3, sc
+
+
+@triton.jit
+def _q8w_x(q_ptr, KW, M, nrow, crow, kb, wi, s, live):
+    """B fragments (planes ``2s``, ``2s + 1`` of word ``wi`` of x row ``nrow``) and, for the thread's two C
+    columns (x rows ``crow``, ``crow + 1``), the MMA's initial value and the block's scale: the int32 bits of
+    1.5 * 2^23 minus the block's int8 sum, so the result read as fp32 is 1.5 * 2^23 + sum (c - 1) q exactly
+    (codes are t + 1) and one FADD recovers it."""
+    xm = (nrow < M) & live
+    xrow = q_ptr + nrow * 7 * KW
+    b0 = tl.load(xrow + 2 * s * KW + wi, mask=xm, other=0)
+    b1 = tl.load(xrow + (2 * s + 1) * KW + wi, mask=xm, other=0)
+    ce = q_ptr + crow * 7 * KW + 2 * kb
+    co = ce + 7 * KW
+    me = (crow < M) & live
+    mo = (crow + 1 < M) & live
+    ie = 0x4B400000 - tl.load(ce + 5 * KW, mask=me, other=0) - tl.load(ce + 5 * KW + 1, mask=me, other=0)
+    io = 0x4B400000 - tl.load(co + 5 * KW, mask=mo, other=0) - tl.load(co + 5 * KW + 1, mask=mo, other=0)
+    xs = tl.join(tl.load(ce + 4 * KW, mask=me, other=0), tl.load(co + 4 * KW, mask=mo, other=0))
+    return b0, b1, ie, io, xs.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _q8w_block(a0, a1, a2, a3, b0, b1, ie, io, xs, LANES: tl.constexpr, USE_ASM: tl.constexpr):
+    """One block's MMA and its fp32 value, ``[LANES, 2 (column), 2 (row half)]``: (dot - 1.5 * 2^23) * x scale."""
+    c0, c1, c2, c3 = _mma_u8s8(a0, a1, a2, a3, b0, b1, ie, io, ie, io, LANES, USE_ASM)
+    c = tl.join(tl.join(c0, c1), tl.join(c2, c3)).to(tl.float32, bitcast=True)
+    return (c - 12582912.0) * xs[:, :, None]
+
+
+@triton.jit
+def _q8w_pick(j: tl.constexpr, a0, b0, a1, b1, a2, b2, a3, b3):
+    """Block ``j``'s two words of a group (``_q8w_group_weights``)."""
+    if j == 0:
+        return a0, b0
+    elif j == 1:
+        return a1, b1
+    elif j == 2:
+        return a2, b2
+    else:
+        return a3, b3
+
+
+@triton.jit
+def _gemv_q8w_kernel(
+    q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
+    r_ptr, stride_rm, y_ptr, stride_ym,
+    M, N, KW, NG,
+    WPG: tl.constexpr, NT: tl.constexpr, WARPS: tl.constexpr,
+    DUAL: tl.constexpr, RESIDUAL: tl.constexpr, USE_ASM: tl.constexpr, USE_GDC: tl.constexpr,
+):
+    """Batched W2A8 mat-vec on the int8 tensor cores, weights decoded in registers (no shared-memory staging).
+
+    Why: ``q8m`` multiplies a decoded weight word with each x row by ``dp4a``, ~14 integer instructions per
+    16 weights and row, so 8 rows cost ~3x one. Here one ``mma.sync.m16n8k32`` multiplies a 16-row x 32-weight
+    block with 8 rows of x; ``q8t``'s ``tl.dot`` staged every block through shared memory. The trick is the
+    weights' own t2 layout: byte j of a word holds weights 4j..4j+3, so code plane p (``(w >> 2p) & 0x03030303``)
+    is 4 weights at stride 4, and the two planes ``2s, 2s + 1`` of word ``2 kb + v`` *are* a thread's A fragment
+    for block kb (thread ``t = 2v + s``), if x's B fragment takes the same k order — which is how the int8 x
+    quantiser already stores x (planes). Per block and thread: 2 weight loads, 8 integer ops, one MMA per 8 rows
+    of x (NT = 1 or 2), two FP ops per result.
+
+    A program is one tile of 16 weight rows; its WARPS warps take the scale groups (at most 4 blocks: G <= 128)
+    in turn and sum at the end. Each warp loads the next group's weight words and scales before it computes the
+    current one, so an HBM round trip overlaps a group's MMAs (without it, each group waited for its words and
+    then for its scales: 1.3-1.6x slower than ``q8m`` on the H100). Every tensor is ``[WARPS * 32]``, element e
+    being thread e (checked: any other placement poisons the result with NaN, which the tuner and tests reject)."""
+    LANES: tl.constexpr = WARPS * 32
+    KBPG: tl.constexpr = WPG // 2  # 32-weight blocks per scale group
+    e = tl.arange(0, LANES)
+    warp = e // 32
+    lane = e % 32
+    g = lane // 4
+    t = lane % 4
+    s = t % 2
+    v = t // 2
+    sh = 4 * s
+    row0 = tl.program_id(0) * 16 + g
+    row1 = row0 + 8
+    rm0 = row0 < N
+    rm1 = row1 < N
+    woff0 = row0 * KW
+    woff1 = row1 * KW
+    if USE_ASM:  # element e must be thread e: the MMA reads fragments by hardware lane
+        tid = tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,r", [e], dtype=tl.int32, is_pure=True, pack=1)
+        misplaced = tl.max((tid != e).to(tl.int32), axis=0)
+    else:
+        misplaced = 0
+    # the first group's weights before the PDL wait (weights only)
+    w0, u0, w1, u1, w2, u2, w3, u3, sc = _q8w_group_weights(w_ptr, s_ptr, woff0, woff1, row0, row1, rm0, rm1,
+                                                            warp, NG, v, KBPG)
+    d0, f0, d1, f1, d2, f2, d3, f3, sc2 = w0, u0, w1, u1, w2, u2, w3, u3, sc
+    if DUAL:
+        d0, f0, d1, f1, d2, f2, d3, f3, sc2 = _q8w_group_weights(w2_ptr, s2_ptr, woff0, woff1, row0, row1, rm0, rm1,
+                                                                 warp, NG, v, KBPG)
+    gdc_wait(USE_GDC)
+    acc = tl.zeros([LANES, 2, 2], tl.float32)
+    acc_b = tl.zeros([LANES, 2, 2], tl.float32)  # NT = 2: x rows 8..15
+    acc2 = tl.zeros([LANES, 2, 2], tl.float32)
+    acc2_b = tl.zeros([LANES, 2, 2], tl.float32)
+    for gi in range(0, tl.cdiv(NG, WARPS)):
+        grp = gi * WARPS + warp
+        live = grp < NG
+        nw0, nu0, nw1, nu1, nw2, nu2, nw3, nu3, nsc = _q8w_group_weights(
+            w_ptr, s_ptr, woff0, woff1, row0, row1, rm0, rm1, grp + WARPS, NG, v, KBPG)
+        nd0, nf0, nd1, nf1, nd2, nf2, nd3, nf3, nsc2 = nw0, nu0, nw1, nu1, nw2, nu2, nw3, nu3, nsc
+        if DUAL:
+            nd0, nf0, nd1, nf1, nd2, nf2, nd3, nf3, nsc2 = _q8w_group_weights(
+                w2_ptr, s2_ptr, woff0, woff1, row0, row1, rm0, rm1, grp + WARPS, NG, v, KBPG)
+        part = tl.zeros([LANES, 2, 2], tl.float32)
+        part_b = tl.zeros([LANES, 2, 2], tl.float32)
+        part2 = tl.zeros([LANES, 2, 2], tl.float32)
+        part2_b = tl.zeros([LANES, 2, 2], tl.float32)
+        for j in tl.static_range(KBPG):
+            kb = grp * KBPG + j
+            wi = 2 * kb + v
+            wa, wb = _q8w_pick(j, w0, u0, w1, u1, w2, u2, w3, u3)
+            a0, a1, a2, a3 = _q8w_planes(wa, wb, sh)
+            xb0, xb1, ie, io, xs = _q8w_x(q_ptr, KW, M, g, 2 * t, kb, wi, s, live)
+            part += _q8w_block(a0, a1, a2, a3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
+            if DUAL:
+                da, db = _q8w_pick(j, d0, f0, d1, f1, d2, f2, d3, f3)
+                p0, p1, p2, p3 = _q8w_planes(da, db, sh)
+                part2 += _q8w_block(p0, p1, p2, p3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
+            if NT == 2:
+                xb0, xb1, ie, io, xs = _q8w_x(q_ptr, KW, M, g + 8, 2 * t + 8, kb, wi, s, live)
+                part_b += _q8w_block(a0, a1, a2, a3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
+                if DUAL:
+                    part2_b += _q8w_block(p0, p1, p2, p3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
+        acc += part * sc[:, None, :]
+        if NT == 2:
+            acc_b += part_b * sc[:, None, :]
+        if DUAL:
+            acc2 += part2 * sc2[:, None, :]
+            if NT == 2:
+                acc2_b += part2_b * sc2[:, None, :]
+        w0, u0, w1, u1, w2, u2, w3, u3, sc = nw0, nu0, nw1, nu1, nw2, nu2, nw3, nu3, nsc
+        d0, f0, d1, f1, d2, f2, d3, f3, sc2 = nd0, nf0, nd1, nf1, nd2, nf2, nd3, nf3, nsc2
+    _q8w_store(acc, acc2, misplaced, 0, M, N, r_ptr, stride_rm, y_ptr, stride_ym, WARPS, DUAL, RESIDUAL)
+    if NT == 2:
+        _q8w_store(acc_b, acc2_b, misplaced, 8, M, N, r_ptr, stride_rm, y_ptr, stride_ym, WARPS, DUAL, RESIDUAL)
+
+
+@triton.jit
+def _q8w_store(acc, acc2, misplaced, col0, M, N, r_ptr, stride_rm, y_ptr, stride_ym,
+               WARPS: tl.constexpr, DUAL: tl.constexpr, RESIDUAL: tl.constexpr):
+    """Sum the warps' ``[WARPS * 32, 2 (column), 2 (row half)]`` results and write them through the epilogue."""
+    tot = tl.sum(tl.reshape(acc, [WARPS, 32, 2, 2]), axis=0)
+    tot2 = tot
+    if DUAL:
+        tot2 = tl.sum(tl.reshape(acc2, [WARPS, 32, 2, 2]), axis=0)
+    if misplaced != 0:
+        tot = tot + float("nan")
+    lane = tl.arange(0, 32)[:, None, None]
+    col = col0 + 2 * (lane % 4) + tl.arange(0, 2)[None, :, None]
+    row = tl.program_id(0) * 16 + lane // 4 + 8 * tl.arange(0, 2)[None, None, :]
+    _gemv_epilogue(tot, tot2, row, (row < N) & (col < M), col, r_ptr, stride_rm, y_ptr, stride_ym, DUAL, RESIDUAL)
+
+
+@triton.jit
 def _gemv_q3_kernel(
     q_ptr, w_ptr, s_ptr, w2_ptr, s2_ptr,
     r_ptr, stride_rm, y_ptr, stride_ym,
@@ -1131,7 +1370,11 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
             part, cnt, m, n, kw, k // g)
     common = dict(WPG=g // 16, BLOCK_N=bn, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
                   USE_ASM=not INTERPRET, num_warps=warps, **gdc)
-    if kind == "q8t":  # int8 tensor cores: every row (up to 64) per program, M padded to 16
+    if kind == "q8w":  # int8 tensor cores from registers: tiles of 16 weight rows, 1 or 2 MMAs of 8 x rows
+        common.pop("SPLIT_K")
+        common.pop("BLOCK_N")
+        _gemv_q8w_kernel[(n_tiles,)](*args[:9], *args[11:], NT=1 if m <= 8 else 2, WARPS=warps, **common)
+    elif kind == "q8t":  # int8 tensor cores: every row (up to 64) per program, M padded to 16
         _gemv_q8t_kernel[(n_tiles, sk)](*args, BLOCK_M=max(16, triton.next_power_of_2(m)), X_ON_M=bk == 1, **common)
     elif kind == "q8c":  # chunks of 4 words (64 weights)
         bc = max(1, bk // 64)
@@ -1194,7 +1437,10 @@ def _gemv_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, encoding, eps, norm_offs
         # a layout it cannot read (odd bytes per group, e.g. G = 64): the exact t3 kernel
         cfg = _INTERPRET_GEMV if INTERPRET else _GEMV_CANDIDATES[0]
         cfg = (cfg[0], max(min(cfg[1], triton.next_power_of_2(k)), g), cfg[2], cfg[3])
-    if cfg[0] in ("q8", "q8c", "q8p", "q8m", "q8t"):
+    if cfg[0] in ("q8", "q8c", "q8p", "q8m", "q8t", "q8w"):
+        if cfg[0] == "q8w" and not _q8w_ok(x2.shape[0], k, g, cfg, x2.device):
+            raise ValueError(f"the register-fed int8 tensor-core mat-vec takes 2-{Q8W_MAX_ROWS} rows of x, tiles of 16 "
+                             "weight rows, K a multiple of 32, groups of 32-128, and a GPU with int8 mma.sync (sm_80 or newer)")
         if cfg[0] == "q8m" and (cfg[2] != 0 or x2.shape[0] > Q8M_MAX_ROWS):
             raise ValueError(f"the batched int8 mat-vec takes whole rows (BLOCK_K 0) and at most {Q8M_MAX_ROWS} rows")
         if cfg[0] == "q8t" and (cfg[1] < 16 or cfg[2] not in (0, 1) or x2.shape[0] > Q8M_MAX_ROWS):
@@ -1296,11 +1542,13 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
             return 1 < m <= Q8M_MAX_ROWS and triton.cdiv(n, c[1]) >= 64
         if c[0] == "q8t":
             return 1 < m <= Q8M_MAX_ROWS and c[3] <= k // g and triton.cdiv(n, c[1]) * c[3] >= 64
+        if c[0] == "q8w":
+            return _q8w_ok(m, k, g, c, x2.device)
         return c[3] <= triton.cdiv(k, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64
 
     if int8:
         cands += [c for c in _Q8_CANDIDATES + (_Q8C_CANDIDATES if g >= 64 else []) + _Q8P_CANDIDATES
-                  + _Q8M_CANDIDATES + _Q8T_CANDIDATES if fits(c)]
+                  + _Q8M_CANDIDATES + _Q8T_CANDIDATES + _Q8W_CANDIDATES if fits(c)]
     if q3:
         kw3 = (k // g) * t3_bytes_per_group(g) // 4
         cands += [c for c in _Q3_CANDIDATES if c[3] <= triton.cdiv(kw3, c[2]) and m * triton.cdiv(n, c[1]) * c[3] >= 64]
@@ -1317,7 +1565,7 @@ def _gemv_config(x2, nw, w, s, w2, s2, r2, n, k, g, encoding, eps, norm_offset, 
             cands.append((bn, bk, sk, warps))
     if flags.value("TERNARY_KERNELS_TUNE") != "full":
         # q8t is timed only under TERNARY_KERNELS_TUNE=full: slower than q8m/dotp on the H100 (docs/kernels.md)
-        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT + _QUICK_Q8M if m > 1 else [])
+        quick = _QUICK_GEMV + _QUICK_Q8 + _QUICK_Q3 + (_QUICK_DOT + _QUICK_Q8M + _Q8W_CANDIDATES if m > 1 else [])
         cands = [c for c in cands if c in quick] or cands
     if not cands:
         cands = [(16, 256, 1, 4)]

@@ -83,6 +83,9 @@ _QUICK_Q8M = [("q8m", 4, 0, 8, 1), ("q8m", 2, 0, 16, 1), ("q8m", 8, 0, 4, 1), ("
 # so timed only under TERNARY_KERNELS_TUNE=full
 _Q8T_CANDIDATES = [("q8t", 64, 0, 1, 4), ("q8t", 64, 0, 2, 4), ("q8t", 128, 0, 1, 4), ("q8t", 128, 0, 2, 8),
                    ("q8t", 64, 1, 1, 4), ("q8t", 64, 1, 2, 4), ("q8t", 128, 1, 1, 4), ("q8t", 32, 1, 2, 2)]
+# batched decode on int8 tensor cores fed from registers (2-16 rows): ("q8w", 16 weight rows, -, -, warps), the
+# warps of a program taking the scale groups in turn (_gemv_q8w_kernel)
+_Q8W_CANDIDATES = [("q8w", 16, 0, 1, 4), ("q8w", 16, 0, 1, 8), ("q8w", 16, 0, 1, 2), ("q8w", 16, 0, 1, 16)]
 # the full-tune winners for Bonsai-8B shapes first: small programs, many loads in flight
 _QUICK_Q8 = [("q8", 2, 4096, 1, 2), ("q8", 4, 4096, 1, 2), ("q8", 4, 2048, 1, 2), ("q8", 8, 1024, 1, 4),
              ("q8", 4, 4096, 1, 4), ("q8", 16, 512, 1, 4), ("q8c", 4, 4096, 1, 2), ("q8c", 2, 4096, 1, 2),
