@@ -35,6 +35,7 @@ from runtime.kernels.triton.packing import (
     _load_x,
     _prep_x_kernel,
     _quant_x3_kernel,
+    _quant_x_frag_kernel,
     _quant_x_kernel,
     _t3_partial,
     _t3_prescale,
@@ -708,22 +709,22 @@ def _q8w_group_weights(w_ptr, s_ptr, woff0, woff1, row0, row1, rm0, rm1, grp, NG
 
 
 @triton.jit
-def _q8w_x(q_ptr, KW, M, nrow, crow, kb, wi, s, live):
-    """B fragments (planes ``2s``, ``2s + 1`` of word ``wi`` of x row ``nrow``) and, for the thread's two C
-    columns (x rows ``crow``, ``crow + 1``), the MMA's initial value and the block's scale: the int32 bits of
-    1.5 * 2^23 minus the block's int8 sum, so the result read as fp32 is 1.5 * 2^23 + sum (c - 1) q exactly
-    (codes are t + 1) and one FADD recovers it."""
+def _q8w_x(xf_ptr, R, KB, M, nrow, crow, kb, s, v, live):
+    """From ``_quant_x_frag_kernel``'s layout: the B fragments (planes ``2s``, ``2s + 1`` of word v of block kb of
+    x row ``nrow``) and, for the thread's two C columns (x rows ``crow``, ``crow + 1``), the MMA's initial values
+    (1.5 * 2^23 minus the block's int8 sum, as int32 bits: the result read as fp32 is 1.5 * 2^23 + sum (c - 1) q
+    exactly, codes being t + 1, and one FADD recovers it) and the block scales. Rows past M read nothing: zero x,
+    an initial value that makes the result 0."""
     xm = (nrow < M) & live
-    xrow = q_ptr + nrow * 7 * KW
-    b0 = tl.load(xrow + 2 * s * KW + wi, mask=xm, other=0)
-    b1 = tl.load(xrow + (2 * s + 1) * KW + wi, mask=xm, other=0)
-    ce = q_ptr + crow * 7 * KW + 2 * kb
-    co = ce + 7 * KW
+    f = xf_ptr + (kb * R + nrow) * 8 + 4 * s + v
+    b0 = tl.load(f, mask=xm, other=0)
+    b1 = tl.load(f + 2, mask=xm, other=0)
+    c = xf_ptr + KB * R * 8 + (kb * R + crow) * 2
     me = (crow < M) & live
     mo = (crow + 1 < M) & live
-    ie = 0x4B400000 - tl.load(ce + 5 * KW, mask=me, other=0) - tl.load(ce + 5 * KW + 1, mask=me, other=0)
-    io = 0x4B400000 - tl.load(co + 5 * KW, mask=mo, other=0) - tl.load(co + 5 * KW + 1, mask=mo, other=0)
-    xs = tl.join(tl.load(ce + 4 * KW, mask=me, other=0), tl.load(co + 4 * KW, mask=mo, other=0))
+    ie = tl.load(c, mask=me, other=0x4B400000)
+    io = tl.load(c + 2, mask=mo, other=0x4B400000)
+    xs = tl.join(tl.load(c + 1, mask=me, other=0), tl.load(c + 3, mask=mo, other=0))
     return b0, b1, ie, io, xs.to(tl.float32, bitcast=True)
 
 
@@ -774,6 +775,8 @@ def _gemv_q8w_kernel(
     being thread e (checked: any other placement poisons the result with NaN, which the tuner and tests reject)."""
     LANES: tl.constexpr = WARPS * 32
     KBPG: tl.constexpr = WPG // 2  # 32-weight blocks per scale group
+    R: tl.constexpr = 8 * NT  # x rows per block in q_ptr's fragment order (_quant_x_frag_kernel)
+    KB = KW // 2
     e = tl.arange(0, LANES)
     warp = e // 32
     lane = e % 32
@@ -820,17 +823,16 @@ def _gemv_q8w_kernel(
         part2_b = tl.zeros([LANES, 2, 2], tl.float32)
         for j in tl.static_range(KBPG):
             kb = grp * KBPG + j
-            wi = 2 * kb + v
             wa, wb = _q8w_pick(j, w0, u0, w1, u1, w2, u2, w3, u3)
             a0, a1, a2, a3 = _q8w_planes(wa, wb, sh)
-            xb0, xb1, ie, io, xs = _q8w_x(q_ptr, KW, M, g, 2 * t, kb, wi, s, live)
+            xb0, xb1, ie, io, xs = _q8w_x(q_ptr, R, KB, M, g, 2 * t, kb, s, v, live)
             part += _q8w_block(a0, a1, a2, a3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
             if DUAL:
                 da, db = _q8w_pick(j, d0, f0, d1, f1, d2, f2, d3, f3)
                 p0, p1, p2, p3 = _q8w_planes(da, db, sh)
                 part2 += _q8w_block(p0, p1, p2, p3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
             if NT == 2:
-                xb0, xb1, ie, io, xs = _q8w_x(q_ptr, KW, M, g + 8, 2 * t + 8, kb, wi, s, live)
+                xb0, xb1, ie, io, xs = _q8w_x(q_ptr, R, KB, M, g + 8, 2 * t + 8, kb, s, v, live)
                 part_b += _q8w_block(a0, a1, a2, a3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
                 if DUAL:
                     part2_b += _q8w_block(p0, p1, p2, p3, xb0, xb1, ie, io, xs, LANES, USE_ASM)
@@ -1352,6 +1354,22 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
     kw = k // 16
     gdc = pdl.launch_options(x2.device)
     norm = dict(NORM=nw is not None, NORM_QWEN3=norm_offset == 0.0, NORM_BLOCK=min(4096, triton.next_power_of_2(k)))
+    if kind == "q8w":  # int8 tensor cores fed from registers: tiles of 16 weight rows, 1 or 2 MMAs of 8 x rows
+        nt = 1 if m <= 8 else 2
+        # x in the MMA's fragment order, by its own quantisation launch (a producer's row-major planes, qx, are
+        # not in that order; x2 holds the same x)
+        xf = torch.empty((kw // 2) * 8 * nt * 10, dtype=torch.int32, device=x2.device)
+        qw = min(64, triton.next_power_of_2(kw))
+        _quant_x_frag_kernel[(m, triton.cdiv(kw, qw))](
+            x2, x2.stride(0), nw if nw is not None else x2, xf, k, kw, 8 * nt, float(eps), float(norm_offset),
+            BLOCK_W=qw, num_warps=4, **norm, **gdc)
+        wv = w.view(torch.int32)
+        _gemv_q8w_kernel[(triton.cdiv(n, 16),)](
+            xf, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
+            r2 if r2 is not None else y2, r2.stride(0) if r2 is not None else 0, y2, y2.stride(0), m, n, kw, k // g,
+            WPG=g // 16, NT=nt, WARPS=warps, DUAL=dual, RESIDUAL=r2 is not None, USE_ASM=not INTERPRET,
+            num_warps=warps, **gdc)
+        return
     if qx is not None and nw is None:  # x's producer wrote its int8 planes already (quant_x_planes)
         if qx.dtype != torch.int32 or qx.numel() < m * Q8_PLANES * kw:
             raise ValueError(f"pre-quantised x must be int32 [{m}, {Q8_PLANES} * K/16]")
@@ -1370,11 +1388,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
             part, cnt, m, n, kw, k // g)
     common = dict(WPG=g // 16, BLOCK_N=bn, SPLIT_K=sk, DUAL=dual, RESIDUAL=r2 is not None,
                   USE_ASM=not INTERPRET, num_warps=warps, **gdc)
-    if kind == "q8w":  # int8 tensor cores from registers: tiles of 16 weight rows, 1 or 2 MMAs of 8 x rows
-        common.pop("SPLIT_K")
-        common.pop("BLOCK_N")
-        _gemv_q8w_kernel[(n_tiles,)](*args[:9], *args[11:], NT=1 if m <= 8 else 2, WARPS=warps, **common)
-    elif kind == "q8t":  # int8 tensor cores: every row (up to 64) per program, M padded to 16
+    if kind == "q8t":  # int8 tensor cores: every row (up to 64) per program, M padded to 16
         _gemv_q8t_kernel[(n_tiles, sk)](*args, BLOCK_M=max(16, triton.next_power_of_2(m)), X_ON_M=bk == 1, **common)
     elif kind == "q8c":  # chunks of 4 words (64 weights)
         bc = max(1, bk // 64)
