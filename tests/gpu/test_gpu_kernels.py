@@ -452,24 +452,20 @@ def test_gpu_batched_int8_matvec_rows_equal_one_row_at_a_time(rows: int) -> None
             assert torch.equal(r, r2)
 
 
-@pytest.mark.parametrize("rows", [2, 7, 8, 9, 16])
-def test_gpu_register_fed_int8_tensor_core_matvec(rows: int) -> None:
-    """q8w (mma.sync fed from registers, the batched step's mat-vec at 2-16 rows) at the 8B's widths, every warp
-    count of its table, group sizes 128 and 64, a row count that leaves the last 16-row tile partial: plain,
-    SwiGLU with the fused norm, residual == the fp32 reference on the same int8 x, to bf16 output rounding, and
-    == q8p's rows to the float rounding of another summation order. A hardware lane that got another thread's
-    fragments would make this fail (and the kernel poisons its output with NaN if its tensors are not laid out
-    one element per thread)."""
-    gen = torch.Generator(device=DEV).manual_seed(200 + rows)
-    for (n, k), g in (((4096, 4096), 128), ((4096, 12288), 128), ((1000, 4096), 64)):
-        codes, scales = weight(n, k, g, seed=k + 5)
-        up_codes, up_scales = weight(n, k, g, seed=k + 6)
+def check_batched_int8_configs(rows: int, configs: list, shapes: tuple, seed: int) -> None:
+    """Every config of a batched int8 mat-vec variant at ``rows`` rows of x, over ``shapes`` ((n, k), g): plain,
+    SwiGLU with the fused norm, residual == the fp32 reference on the same int8 x, to bf16 output rounding; and ==
+    q8p's rows to the float rounding of another summation order (all sum the same exact per-block integer dots)."""
+    gen = torch.Generator(device=DEV).manual_seed(seed + rows)
+    for (n, k), g in shapes:
+        codes, scales = weight(n, k, g, seed=k + seed % 7)
+        up_codes, up_scales = weight(n, k, g, seed=k + seed % 7 + 1)
         nw = torch.rand(k, device=DEV, dtype=torch.bfloat16) + 0.5
         xb = torch.randn(rows, k, device=DEV, dtype=torch.bfloat16, generator=gen)
         xq = ref.ref_int8_activations(xb)
         e = ref.ref_ternary_matmul(xq, codes, scales, g)
         per_row = matvec.ternary_matvec(xb, codes, scales, g, config=("q8p", 4, 0, 4, 2))
-        for cfg in tuning._Q8W_CANDIDATES:
+        for cfg in configs:
             y = matvec.ternary_matvec(xb, codes, scales, g, config=cfg)
             assert rel(y, e) < TOL[torch.bfloat16], cfg
             assert rel(y, per_row) < TOL[torch.bfloat16], cfg
@@ -482,33 +478,21 @@ def test_gpu_register_fed_int8_tensor_core_matvec(rows: int) -> None:
             er = ref.ref_ternary_matmul(xq, codes, scales, g, residual=r)
             matvec.ternary_matvec(xb, codes, scales, g, out=r, residual=r, config=cfg)
             assert rel(r, er) < TOL[torch.bfloat16], cfg
+
+
+@pytest.mark.parametrize("rows", [2, 7, 8, 9, 16])
+def test_gpu_register_fed_int8_tensor_core_matvec(rows: int) -> None:
+    """q8w (mma.sync fed from registers, the batched step's mat-vec at 2-16 rows) at the 8B's widths, every warp
+    count of its table, group sizes 128 and 64, a row count that leaves the last 16-row tile partial
+    (check_batched_int8_configs). A hardware lane that got another thread's fragments would make this fail (and
+    the kernel poisons its output with NaN if its tensors are not laid out one element per thread)."""
+    check_batched_int8_configs(rows, tuning._Q8W_CANDIDATES,
+                               (((4096, 4096), 128), ((4096, 12288), 128), ((1000, 4096), 64)), 200)
 
 
 @pytest.mark.parametrize("rows", [2, 8, 16, 33, 64])
 def test_gpu_int8_tensor_core_matvec(rows: int) -> None:
     """q8t (int8 tensor cores, the batched step's mat-vec at 8-64 rows) at the 8B's widths (K = 4096, and the
-    12288-wide down projection), every config of its table, group sizes 128 and 64: plain, SwiGLU with the fused
-    norm, residual == the fp32 reference on the same int8 x, to bf16 output rounding; and == q8p's rows to the
-    float rounding of another summation order (both sum the same exact per-block integer dots)."""
-    gen = torch.Generator(device=DEV).manual_seed(100 + rows)
-    for (n, k), g in (((4096, 4096), 128), ((4096, 12288), 128), ((1536, 4096), 64)):
-        codes, scales = weight(n, k, g, seed=k + 3)
-        up_codes, up_scales = weight(n, k, g, seed=k + 4)
-        nw = torch.rand(k, device=DEV, dtype=torch.bfloat16) + 0.5
-        xb = torch.randn(rows, k, device=DEV, dtype=torch.bfloat16, generator=gen)
-        xq = ref.ref_int8_activations(xb)
-        e = ref.ref_ternary_matmul(xq, codes, scales, g)
-        per_row = matvec.ternary_matvec(xb, codes, scales, g, config=("q8p", 4, 0, 4, 2))
-        for cfg in tuning._Q8T_CANDIDATES:
-            y = matvec.ternary_matvec(xb, codes, scales, g, config=cfg)
-            assert rel(y, e) < TOL[torch.bfloat16], cfg
-            assert rel(y, per_row) < TOL[torch.bfloat16], cfg
-            y = matvec.swiglu_matvec(xb, codes, scales, g, up_codes=up_codes, up_scales=up_scales, norm_weight=nw,
-                                     config=cfg)
-            es = ref.ref_swiglu_matvec(ref.ref_int8_activations(ref.ref_rmsnorm(xb, nw, 1e-6)),
-                                       codes, scales, up_codes, up_scales, g)
-            assert rel(y, es) < TOL[torch.bfloat16], cfg
-            r = torch.randn(rows, n, device=DEV, dtype=torch.bfloat16, generator=gen)
-            er = ref.ref_ternary_matmul(xq, codes, scales, g, residual=r)
-            matvec.ternary_matvec(xb, codes, scales, g, out=r, residual=r, config=cfg)
-            assert rel(r, er) < TOL[torch.bfloat16], cfg
+    12288-wide down projection), every config of its table, group sizes 128 and 64 (check_batched_int8_configs)."""
+    check_batched_int8_configs(rows, tuning._Q8T_CANDIDATES,
+                               (((4096, 4096), 128), ((4096, 12288), 128), ((1536, 4096), 64)), 100)
