@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 import triton
@@ -54,7 +58,7 @@ def test_shipped_configs_are_known_candidates():
     would otherwise only fail on that GPU, at that shape)."""
     gemv = set(tuning._GEMV_CANDIDATES + tuning._XP_CANDIDATES + tuning._X3_CANDIDATES + tuning._DOT_CANDIDATES
                + tuning._Q8_CANDIDATES + tuning._Q8C_CANDIDATES + tuning._Q8P_CANDIDATES
-               + tuning._Q3_CANDIDATES + tuning._Q8M_CANDIDATES + tuning._Q8T_CANDIDATES)
+               + tuning._Q3_CANDIDATES + tuning._Q8M_CANDIDATES + tuning._Q8T_CANDIDATES + tuning._Q8W_CANDIDATES)
     files = sorted(tuning.TUNED_DIR.glob("*.json"))
     assert files
     for f in files:
@@ -64,9 +68,9 @@ def test_shipped_configs_are_known_candidates():
                 assert tuple(cfg) in gemv, (f.name, key, cfg)
                 rows = int(key.split("|")[1])
                 if key.endswith("|a8"):  # int8 x; several rows (a batched step) may also take the 16-bit MMA path
-                    allowed = ("q8", "q8c", "q8p", "q3") + (("q8m", "q8t", "dot", "dotp") if rows > 1 else ())
+                    allowed = ("q8", "q8c", "q8p", "q3") + (("q8m", "q8t", "q8w", "dot", "dotp") if rows > 1 else ())
                     assert cfg[0] in allowed, (f.name, key, cfg)
-                if cfg[0] in ("q8m", "q8t"):
+                if cfg[0] in ("q8m", "q8t", "q8w"):
                     assert rows > 1, (f.name, key, cfg)
             else:
                 assert kind == "prefill", (f.name, key)
@@ -121,3 +125,35 @@ def test_the_tuner_never_picks_a_fast_config_whose_result_disagrees(monkeypatch)
     assert matvec._agrees(truth, truth + 1e-3) and not matvec._agrees(truth + 1.0, truth)
     assert matvec._agrees(truth, torch.full_like(truth, float("nan")))  # an unset x proves nothing
     assert not matvec._agrees(torch.full_like(truth, float("inf")), truth)
+
+
+def test_bench_winners_land_under_the_keys_the_tuner_looks_up(tmp_path) -> None:
+    """scripts/gpu/tuned_from_bench.py writes a batched-bench run's fastest config per (shape, rows) under the very
+    key ``_gemv_config`` builds for that call (norm / dual / residual fusion, rows, int8 x), and keeps the table's
+    other entries; a key spelled differently would leave a shipped table silently unused."""
+    root = Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("tuned_from_bench", root / "scripts" / "gpu" / "tuned_from_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    bench = {"rows": [
+        {"shape": "qkv+norm", "n": 6144, "k": 4096, "rows": 8,
+         "all_ms": {"('q8m', 2, 0, 16, 1)": 0.0138, "('q8w', 16, 0, 1, 4)": 0.0091}},
+        {"shape": "gate_up+norm+silu", "n": 12288, "k": 4096, "rows": 16,
+         "all_ms": {"('dotp', 64, 0, 2, 4)": 0.0536, "('q8w', 16, 0, 1, 2)": 0.0706}},
+        {"shape": "down+residual", "n": 4096, "k": 12288, "rows": 8, "all_ms": {"('q8p', 4, 4096, 4, 2)": 0.03}}]}
+    bf = tmp_path / "bench.json"
+    bf.write_text(json.dumps(bench))
+    table = tmp_path / "gpu.json"
+    table.write_text(json.dumps({"prefill|other": ["dequant"]}))
+    subprocess.run([sys.executable, str(root / "scripts" / "gpu" / "tuned_from_bench.py"), str(bf), str(table)],
+                   check=True, capture_output=True)
+    got = json.loads(table.read_text())
+    a8 = "|a8"
+    assert got[tuning._key("gemv", 8, 6144, 4096, 128, "t2", True, False, False, torch.bfloat16) + a8] == \
+        ["q8w", 16, 0, 1, 4]
+    assert got[tuning._key("gemv", 16, 12288, 4096, 128, "t2", True, True, False, torch.bfloat16) + a8] == \
+        ["dotp", 64, 0, 2, 4]
+    assert got[tuning._key("gemv", 8, 4096, 12288, 128, "t2", False, False, True, torch.bfloat16) + a8] == \
+        ["q8p", 4, 4096, 4, 2]
+    assert got["prefill|other"] == ["dequant"] and len(got) == 4
+    assert mod.winners(bench) == {k: v for k, v in got.items() if k.startswith("gemv")}
