@@ -1348,6 +1348,16 @@ def decode_activations() -> str:
     return _decode_activations
 
 
+def _quantise_x(kernel, x2, nw, out, k, eps, norm_offset, norm: dict, gdc: dict, *layout) -> None:
+    """Launch an int8 x quantiser (``_quant_x_kernel``, or ``_quant_x_frag_kernel`` with its rows per block in
+    ``layout``): one program per x row and block of up to 64 words, whole activation blocks each."""
+    kw = k // 16
+    qw = min(64, triton.next_power_of_2(kw))  # >= _ACT_WORDS (kw is): whole activation blocks
+    kernel[(x2.shape[0], triton.cdiv(kw, qw))](
+        x2, x2.stride(0), nw if nw is not None else x2, out, k, kw, *layout, float(eps), float(norm_offset),
+        BLOCK_W=qw, num_warps=4, **norm, **gdc)
+
+
 def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dual, cfg, qx=None):
     kind, bn, bk, sk, warps = cfg
     m = x2.shape[0]
@@ -1359,10 +1369,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
         # x in the MMA's fragment order, by its own quantisation launch (a producer's row-major planes, qx, are
         # not in that order; x2 holds the same x)
         xf = torch.empty((kw // 2) * 8 * nt * 10, dtype=torch.int32, device=x2.device)
-        qw = min(64, triton.next_power_of_2(kw))
-        _quant_x_frag_kernel[(m, triton.cdiv(kw, qw))](
-            x2, x2.stride(0), nw if nw is not None else x2, xf, k, kw, 8 * nt, float(eps), float(norm_offset),
-            BLOCK_W=qw, num_warps=4, **norm, **gdc)
+        _quantise_x(_quant_x_frag_kernel, x2, nw, xf, k, eps, norm_offset, norm, gdc, 8 * nt)
         wv = w.view(torch.int32)
         _gemv_q8w_kernel[(triton.cdiv(n, 16),)](
             xf, wv, s, w2.view(torch.int32) if dual else wv, s2 if dual else s,
@@ -1375,10 +1382,7 @@ def _gemv_q8_launch(x2, nw, w, s, w2, s2, r2, y2, n, k, g, eps, norm_offset, dua
             raise ValueError(f"pre-quantised x must be int32 [{m}, {Q8_PLANES} * K/16]")
     else:
         qx = torch.empty(m, Q8_PLANES * kw, dtype=torch.int32, device=x2.device)
-        qw = min(64, triton.next_power_of_2(kw))  # >= _ACT_WORDS (kw is): whole activation blocks
-        _quant_x_kernel[(m, triton.cdiv(kw, qw))](
-            x2, x2.stride(0), nw if nw is not None else x2, qx, k, kw, float(eps), float(norm_offset),
-            BLOCK_W=qw, num_warps=4, **norm, **gdc)
+        _quantise_x(_quant_x_kernel, x2, nw, qx, k, eps, norm_offset, norm, gdc)
     n_tiles = triton.cdiv(n, bn)
     persistent = kind in ("q8p", "q8m")
     part, cnt = _splitk_buffers(1 if persistent else sk, m, n, dual, m * n_tiles, y2)

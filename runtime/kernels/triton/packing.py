@@ -176,6 +176,18 @@ def _norm_weights(nw_ptr, kk, K, NORM: tl.constexpr):
 
 
 @triton.jit
+def _quant_x_input(x_row, nw, kk, K, eps, norm_offset, NORM: tl.constexpr, NORM_QWEN3: tl.constexpr,
+                   NORM_BLOCK: tl.constexpr):
+    """The x values ``[kk]`` an int8 quantiser packs (after its PDL wait): fp32, RMS-normalised with weights ``nw``
+    when NORM. Every program reduces the whole (small, L2-resident) row itself: no second launch."""
+    xv = tl.load(x_row + kk, mask=kk < K, other=0.0)  # issued before the row reduction's loads
+    inv = 1.0
+    if NORM:
+        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
+    return _norm_x(xv, nw, inv, norm_offset, NORM, NORM_QWEN3)
+
+
+@triton.jit
 def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BLOCK_W: tl.constexpr,
                     NORM: tl.constexpr, NORM_QWEN3: tl.constexpr, NORM_BLOCK: tl.constexpr,
                     USE_GDC: tl.constexpr):
@@ -194,11 +206,7 @@ def _quant_x_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, eps, norm_offset, BL
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
     nw = _norm_weights(nw_ptr, kk, K, NORM)
     gdc_wait(USE_GDC)
-    xv = tl.load(x_row + kk, mask=kk < K, other=0.0)  # issued before the row reduction's loads
-    inv = 1.0
-    if NORM:  # every program reduces the whole (small, L2-resident) row: no second launch
-        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
-    xf = _norm_x(xv, nw, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
+    xf = _quant_x_input(x_row, nw, kk, K, eps, norm_offset, NORM, NORM_QWEN3, NORM_BLOCK)  # [BLOCK_W, 16]
     store_quant_words(q_row, KW, w, w < KW, xf, BLOCK_W)
 
 
@@ -220,11 +228,7 @@ def _quant_x_frag_kernel(x_ptr, stride_xm, nw_ptr, q_ptr, K, KW, R, eps, norm_of
     kk = w[:, None] * 16 + tl.arange(0, 16)[None, :]
     nw = _norm_weights(nw_ptr, kk, K, NORM)
     gdc_wait(USE_GDC)
-    xv = tl.load(x_row + kk, mask=kk < K, other=0.0)
-    inv = 1.0
-    if NORM:
-        inv = row_inv_rms(x_row, K, eps, NORM_BLOCK)
-    xf = _norm_x(xv, nw, inv, norm_offset, NORM, NORM_QWEN3)  # [BLOCK_W, 16]
+    xf = _quant_x_input(x_row, nw, kk, K, eps, norm_offset, NORM, NORM_QWEN3, NORM_BLOCK)  # [BLOCK_W, 16]
     packed, scale, qsum = _quant_words(xf, BLOCK_W)  # [w, plane j]
     wm = w < KW
     kb = w // 2
